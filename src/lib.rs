@@ -1,0 +1,12 @@
+//! Crate docs: see README (filled in below).
+#![doc = include_str!("../README.md")]
+
+mod latch_tree;
+mod raw;
+mod reclaim;
+mod stats;
+mod sync;
+
+pub use crossbeam_epoch::{Collector, Guard, LocalHandle, pin};
+pub use latch_tree::{Batch, LatchTree};
+pub use stats::Stats;

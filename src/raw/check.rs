@@ -1,0 +1,133 @@
+//! The invariant checker, run by tests after every operation.
+//!
+//! It checks, at rest (no write in progress):
+//! * `seq` is even;
+//! * in each copy: the root is black and has no parent; every child's parent
+//!   link points back; no red node has a red child; every root-to-nil path
+//!   has the same number of black nodes; keys strictly increase in order; no
+//!   node is reached twice (no cycle, no sharing); the node count matches the
+//!   copy's length; the height is within [`MAX_DEPTH`];
+//! * the two copies hold the same nodes with the same shape and colours.
+
+use super::links::{Dir, Linked};
+use super::tree::MAX_DEPTH;
+use crate::sync::{AtomicPtr, Ordering};
+use std::collections::HashSet;
+
+/// One node's links in one copy, as plain values.
+#[derive(Debug, PartialEq, Eq)]
+struct Shape {
+    left: usize,
+    right: usize,
+    parent: usize,
+    red: bool,
+}
+
+/// See the module docs.
+pub(crate) fn check<N: Linked>(
+    seq: u64,
+    roots: [&AtomicPtr<N>; 2],
+    lens: [usize; 2],
+    less: impl Fn(&N, &N) -> bool,
+) -> Result<(), String> {
+    if seq % 2 != 0 {
+        return Err(format!("seq {seq} is odd at rest"));
+    }
+    let mut orders = Vec::new();
+    for copy in 0..2 {
+        let root = roots[copy].load(Ordering::Relaxed);
+        let mut order: Vec<*mut N> = Vec::new();
+        let mut seen = HashSet::new();
+        if !root.is_null() {
+            // SAFETY: at rest every node reachable from a root is live.
+            let r = unsafe { &*root }.links(copy);
+            if !r.parent().is_null() {
+                return Err(format!("copy {copy}: root has a parent"));
+            }
+            if r.is_red() {
+                return Err(format!("copy {copy}: root is red"));
+            }
+        }
+        subtree(root, copy, 0, &mut seen, &mut order)
+            .map_err(|e| format!("copy {copy}: {e}"))?;
+        if order.len() != lens[copy] {
+            return Err(format!(
+                "copy {copy}: {} nodes but length {}",
+                order.len(),
+                lens[copy]
+            ));
+        }
+        for w in order.windows(2) {
+            // SAFETY: live, as above.
+            let (a, b) = unsafe { (&*w[0], &*w[1]) };
+            if !less(a, b) {
+                return Err(format!("copy {copy}: keys out of order"));
+            }
+        }
+        orders.push(order);
+    }
+    if orders[0] != orders[1] {
+        return Err("the copies hold different nodes".into());
+    }
+    for &n in &orders[0] {
+        // SAFETY: live, as above.
+        let node = unsafe { &*n };
+        if shape(node, 0) != shape(node, 1) {
+            return Err("the copies have different shapes".into());
+        }
+    }
+    Ok(())
+}
+
+fn shape<N: Linked>(node: &N, copy: usize) -> Shape {
+    let l = node.links(copy);
+    Shape {
+        left: l.load_child(Dir::Left).addr(),
+        right: l.load_child(Dir::Right).addr(),
+        parent: l.parent().addr(),
+        red: l.is_red(),
+    }
+}
+
+/// Checks the subtree at `n` and returns its black height.
+fn subtree<N: Linked>(
+    n: *mut N,
+    copy: usize,
+    depth: usize,
+    seen: &mut HashSet<usize>,
+    order: &mut Vec<*mut N>,
+) -> Result<usize, String> {
+    if n.is_null() {
+        return Ok(1);
+    }
+    if depth >= MAX_DEPTH {
+        return Err("deeper than the descent cap".into());
+    }
+    if !seen.insert(n.addr()) {
+        return Err("a node is reachable twice".into());
+    }
+    // SAFETY: at rest every node reachable from a root is live.
+    let l = unsafe { &*n }.links(copy);
+    let mut heights = [0; 2];
+    for (i, dir) in [Dir::Left, Dir::Right].into_iter().enumerate() {
+        let c = l.load_child(dir);
+        if !c.is_null() {
+            // SAFETY: as above.
+            let cl = unsafe { &*c }.links(copy);
+            if cl.parent() != n {
+                return Err("a child's parent link does not point back".into());
+            }
+            if l.is_red() && cl.is_red() {
+                return Err("a red node has a red child".into());
+            }
+        }
+        if dir == Dir::Right {
+            order.push(n);
+        }
+        heights[i] = subtree(c, copy, depth + 1, seen, order)?;
+    }
+    if heights[0] != heights[1] {
+        return Err("black heights differ".into());
+    }
+    Ok(heights[0] + usize::from(!l.is_red()))
+}

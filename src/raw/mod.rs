@@ -1,0 +1,33 @@
+//! The raw, unsafe core shared by both front-ends.
+//!
+//! # Invariants
+//!
+//! 1. **Two copies, one set of nodes.** Each node embeds two link sets
+//!    (`links.rs`); copy `c` is the red-black tree reachable from `roots[c]`
+//!    through link set `c`. At rest both copies hold the same nodes with the
+//!    same shape and colours, and `seq` is even.
+//! 2. **Every racy word is an atomic.** Child links, roots, lengths and
+//!    `seq` are atomics, and so are parent/colour words (writer-only, but
+//!    readers hold `&Node`). Keys and values of the generic tree are written
+//!    before a node is first published and never again while it is reachable;
+//!    the address index's node fields are atomics (`index/slab.rs`).
+//! 3. **Readers read only a stable copy**, steered by the latch (`latch.rs`),
+//!    and validate afterwards; their descents are capped at
+//!    [`tree::MAX_DEPTH`] steps so that no torn shape can loop them.
+//! 4. **One writer at a time** (the writer lock in `tree.rs`); it changes copy
+//!    0 while `seq` is odd and copy 1 while it is even, with the same
+//!    operations in the same order (`rbtree.rs`), so the copies never drift.
+//! 5. **No node is released before it left both copies**, and released
+//!    memory stays readable for readers that may still stand on it: the
+//!    epoch for `LatchTree`, type-stable storage for `AddrIndex`.
+//!
+//! `check.rs` verifies 1, 2's shape parts and 4 after every test operation.
+
+mod check;
+mod latch;
+mod links;
+mod rbtree;
+mod tree;
+
+pub(crate) use links::{Dir, Linked, Links};
+pub(crate) use tree::{RawTree, Slot, Txn, View};

@@ -1,0 +1,344 @@
+//! Red-black insertion, erasure and replacement on one copy's link set.
+//!
+//! Every function here runs under the writer lock, on the copy that readers
+//! are *not* using (see `latch`), once for copy 0 and then identically for
+//! copy 1. Because both copies always receive the same operations in the same
+//! order, they always have the same shape and colours; the transaction log in
+//! `tree` relies on that to replay a batch without re-running user code.
+//!
+//! The algorithms are the textbook ones (insert fix-up with the uncle cases,
+//! erase with transplant and the four sibling cases), written over `Dir` so
+//! that each mirror-image case is written once. Nil children are null
+//! pointers, which count as black.
+
+use super::links::{Dir, Linked, Links, link_store_order};
+use crate::sync::{AtomicPtr, Ordering};
+
+/// One copy of the tree, as seen by the writer.
+pub(crate) struct Side<'t, N> {
+    root: &'t AtomicPtr<N>,
+    copy: usize,
+}
+
+impl<'t, N: Linked> Side<'t, N> {
+    pub(crate) fn new(root: &'t AtomicPtr<N>, copy: usize) -> Self {
+        Side { root, copy }
+    }
+
+    pub(crate) fn root(&self) -> *mut N {
+        self.root.load(Ordering::Relaxed)
+    }
+
+    fn set_root(&self, n: *mut N) {
+        // Release: pairs with the reader's Acquire load of the root.
+        self.root.store(n, link_store_order());
+    }
+
+    /// # Safety
+    /// `n` is non-null and points to a live node.
+    unsafe fn links(&self, n: *mut N) -> &'t Links<N> {
+        // SAFETY: the caller promises `n` is live; nodes outlive every writer
+        // operation that can reach them (they are released only after the
+        // transaction that unlinked them has finished).
+        unsafe { (*n).links(self.copy) }
+    }
+
+    /// # Safety
+    /// `n` is non-null and live.
+    pub(crate) unsafe fn child(&self, n: *mut N, dir: Dir) -> *mut N {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.links(n) }.load_child(dir)
+    }
+
+    /// # Safety
+    /// `n` is non-null and live.
+    unsafe fn set_child(&self, n: *mut N, dir: Dir, c: *mut N) {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.links(n) }.set_child(dir, c);
+    }
+
+    /// # Safety
+    /// `n` is non-null and live.
+    pub(crate) unsafe fn parent(&self, n: *mut N) -> *mut N {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.links(n) }.parent()
+    }
+
+    /// # Safety
+    /// `n` is null or live. Null (nil) counts as black.
+    pub(crate) unsafe fn is_red(&self, n: *mut N) -> bool {
+        // SAFETY: non-null here, live by the caller's promise.
+        !n.is_null() && unsafe { self.links(n) }.is_red()
+    }
+
+    /// # Safety
+    /// `n` is non-null and live.
+    unsafe fn set_black(&self, n: *mut N, black: bool) {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.links(n) }.set_black(black);
+    }
+
+    /// # Safety
+    /// `n` is non-null and live.
+    unsafe fn set_parent(&self, n: *mut N, p: *mut N) {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.links(n) }.set_parent(p);
+    }
+
+    /// Points `parent`'s link that held `old` (or the root) at `new`.
+    ///
+    /// # Safety
+    /// `parent` is null or live; if non-null, `old` is one of its children.
+    unsafe fn change_child(&self, old: *mut N, new: *mut N, parent: *mut N) {
+        if parent.is_null() {
+            self.set_root(new);
+        } else {
+            // SAFETY: `parent` is live (caller).
+            unsafe {
+                let dir = if self.child(parent, Dir::Left) == old {
+                    Dir::Left
+                } else {
+                    Dir::Right
+                };
+                self.set_child(parent, dir, new);
+            }
+        }
+    }
+
+    /// Rotates `x` down in direction `dir`; its child on the other side
+    /// takes its place.
+    ///
+    /// # Safety
+    /// `x` is live, in this copy, and has a child on side `dir.flip()`.
+    unsafe fn rotate(&self, x: *mut N, dir: Dir) {
+        // SAFETY: `x` and its `dir.flip()` child `y` are live nodes of this
+        // copy (caller); `b` and `p` are null or live nodes of this copy.
+        unsafe {
+            let y = self.child(x, dir.flip());
+            let b = self.child(y, dir);
+            let p = self.parent(x);
+            self.set_child(x, dir.flip(), b);
+            if !b.is_null() {
+                self.set_parent(b, x);
+            }
+            self.set_child(y, dir, x);
+            self.set_parent(x, y);
+            self.set_parent(y, p);
+            self.change_child(x, y, p);
+        }
+    }
+
+    /// Links `node` as the `dir` child of `parent` (or as the root when
+    /// `parent` is null) and restores the red-black rules.
+    ///
+    /// # Safety
+    /// `node` is live and not in this copy; `parent` is null (only when the
+    /// copy is empty) or a live node of this copy whose `dir` child is nil.
+    pub(crate) unsafe fn insert(&self, node: *mut N, parent: *mut N, dir: Dir) {
+        // SAFETY: every pointer dereferenced below is `node`, `parent`, or a
+        // node reached from them through this copy's links: all live (the
+        // caller's promise, and the tree holds only live nodes).
+        unsafe {
+            let l = self.links(node);
+            // Initialise the links before the node is published below.
+            l.set_child(Dir::Left, core::ptr::null_mut());
+            l.set_child(Dir::Right, core::ptr::null_mut());
+            l.set_parent_color(parent, false);
+            if parent.is_null() {
+                self.set_root(node);
+            } else {
+                self.set_child(parent, dir, node);
+            }
+            let mut z = node;
+            loop {
+                let mut p = self.parent(z);
+                if p.is_null() {
+                    self.set_black(z, true);
+                    return;
+                }
+                if !self.is_red(p) {
+                    return;
+                }
+                // `p` is red, so it is not the root: `g` exists.
+                let g = self.parent(p);
+                let pdir = if self.child(g, Dir::Left) == p {
+                    Dir::Left
+                } else {
+                    Dir::Right
+                };
+                let uncle = self.child(g, pdir.flip());
+                if self.is_red(uncle) {
+                    self.set_black(p, true);
+                    self.set_black(uncle, true);
+                    self.set_black(g, false);
+                    z = g;
+                    continue;
+                }
+                if self.child(p, pdir.flip()) == z {
+                    // Inner grandchild: rotate it to the outside first.
+                    self.rotate(p, pdir);
+                    z = p;
+                    p = self.parent(z);
+                }
+                self.set_black(p, true);
+                self.set_black(g, false);
+                self.rotate(g, pdir.flip());
+                return;
+            }
+        }
+    }
+
+    /// Puts `v` (possibly nil) where `u` hangs.
+    ///
+    /// # Safety
+    /// `u` is a live node of this copy; `v` is null or live.
+    unsafe fn transplant(&self, u: *mut N, v: *mut N) {
+        // SAFETY: forwarded from the caller.
+        unsafe {
+            let up = self.parent(u);
+            self.change_child(u, v, up);
+            if !v.is_null() {
+                self.set_parent(v, up);
+            }
+        }
+    }
+
+    /// Unlinks `z` from this copy and restores the red-black rules. `z`'s own
+    /// links are left as they were (a reader may still be standing on it).
+    ///
+    /// # Safety
+    /// `z` is a live node of this copy.
+    pub(crate) unsafe fn erase(&self, z: *mut N) {
+        // SAFETY: `z` and every node reached from it or the root through
+        // this copy's links are live nodes of this copy.
+        unsafe {
+            let zl = self.child(z, Dir::Left);
+            let zr = self.child(z, Dir::Right);
+            let (x, xp, removed_black);
+            if zl.is_null() || zr.is_null() {
+                x = if zl.is_null() { zr } else { zl };
+                xp = self.parent(z);
+                removed_black = !self.is_red(z);
+                self.transplant(z, x);
+            } else {
+                // Two children: the successor `y` takes `z`'s place.
+                let mut y = zr;
+                loop {
+                    let l = self.child(y, Dir::Left);
+                    if l.is_null() {
+                        break;
+                    }
+                    y = l;
+                }
+                removed_black = !self.is_red(y);
+                x = self.child(y, Dir::Right);
+                if self.parent(y) == z {
+                    xp = y;
+                } else {
+                    xp = self.parent(y);
+                    self.transplant(y, x);
+                    self.set_child(y, Dir::Right, zr);
+                    self.set_parent(zr, y);
+                }
+                self.transplant(z, y);
+                self.set_child(y, Dir::Left, zl);
+                self.set_parent(zl, y);
+                self.set_black(y, !self.is_red(z));
+            }
+            if removed_black {
+                self.erase_fixup(x, xp);
+            }
+        }
+    }
+
+    /// Restores the black height after a black node was removed above `x`
+    /// (possibly nil), whose parent is `xp`.
+    ///
+    /// # Safety
+    /// `x` is null or live, `xp` is `x`'s parent in this copy (null only if
+    /// `x` is the root).
+    unsafe fn erase_fixup(&self, mut x: *mut N, mut xp: *mut N) {
+        // SAFETY: all nodes reached are live nodes of this copy. A nil `x`
+        // that is not the root has a non-nil sibling, because the removed
+        // black node left its sibling subtree with black height >= 1.
+        unsafe {
+            while x != self.root() && !self.is_red(x) {
+                // `x` is nil or the child on side `dir` of `xp`. When `x` is
+                // nil and the left child is nil too, `x` is the left one: the
+                // sibling cannot be nil as well.
+                let dir = if self.child(xp, Dir::Left) == x {
+                    Dir::Left
+                } else {
+                    Dir::Right
+                };
+                let mut w = self.child(xp, dir.flip());
+                if self.is_red(w) {
+                    self.set_black(w, true);
+                    self.set_black(xp, false);
+                    self.rotate(xp, dir);
+                    w = self.child(xp, dir.flip());
+                }
+                if !self.is_red(self.child(w, Dir::Left)) && !self.is_red(self.child(w, Dir::Right))
+                {
+                    self.set_black(w, false);
+                    x = xp;
+                    xp = self.parent(x);
+                } else {
+                    if !self.is_red(self.child(w, dir.flip())) {
+                        self.set_black(self.child(w, dir), true);
+                        self.set_black(w, false);
+                        self.rotate(w, dir.flip());
+                        w = self.child(xp, dir.flip());
+                    }
+                    self.set_black(w, !self.is_red(xp));
+                    self.set_black(xp, true);
+                    self.set_black(self.child(w, dir.flip()), true);
+                    self.rotate(xp, dir);
+                    x = self.root();
+                    break;
+                }
+            }
+            if !x.is_null() {
+                self.set_black(x, true);
+            }
+        }
+    }
+
+    /// Puts `new` exactly where `old` is (same links, same colour).
+    ///
+    /// # Safety
+    /// `old` is a live node of this copy, `new` a live node not in it.
+    pub(crate) unsafe fn replace(&self, old: *mut N, new: *mut N) {
+        // SAFETY: `old`, `new` and `old`'s neighbours in this copy are live.
+        unsafe {
+            let lo = self.links(old);
+            self.links(new).copy_from(lo);
+            for dir in [Dir::Left, Dir::Right] {
+                let c = lo.load_child(dir);
+                if !c.is_null() {
+                    self.set_parent(c, new);
+                }
+            }
+            self.change_child(old, new, lo.parent());
+        }
+    }
+
+    /// The leftmost (`Dir::Left`) or rightmost node, or null.
+    ///
+    /// # Safety
+    /// The copy holds only live nodes (always true under the writer lock).
+    pub(crate) unsafe fn extreme(&self, dir: Dir) -> *mut N {
+        let mut n = self.root();
+        if n.is_null() {
+            return n;
+        }
+        loop {
+            // SAFETY: `n` is a live node of this copy.
+            let c = unsafe { self.child(n, dir) };
+            if c.is_null() {
+                return n;
+            }
+            n = c;
+        }
+    }
+}

@@ -1,0 +1,463 @@
+//! The latched tree: two roots over shared intrusive nodes, the latch that
+//! steers readers, and write transactions that update copy 0 then copy 1.
+//!
+//! # Write transactions
+//!
+//! A transaction ([`RawTree::write`]) runs the front-end's `body` with a
+//! [`Txn`]. The first change flips `seq` to odd (readers move to copy 1) and
+//! every change is applied to copy 0 at once and recorded in a log of
+//! structural operations. When `body` returns, copy 0 is published by a second
+//! flip, and the log is replayed on copy 1 (readers are on copy 0 by then).
+//! Since both copies hold the same shape, the positions recorded in copy 0 are
+//! valid in copy 1 and the replay runs no user code: user `Ord`, `Drop` or
+//! closures can only run (and panic) while copy 1 still holds the old version.
+//!
+//! If `body` panics, the transaction is rolled back: copy 0's links are
+//! restored from copy 1 (the old version), `seq` flips back to even, and the
+//! nodes that the transaction added are handed back for release. Readers never
+//! saw any of it; the panic then resumes.
+
+use super::latch::Latch;
+use super::links::{Dir, Linked, link_store_order};
+use super::rbtree::Side;
+use crate::sync::{AtomicPtr, AtomicUsize, Mutex, Ordering, lock};
+use core::ptr::{self, NonNull};
+use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
+
+/// A reader descent longer than this is treated as a torn read and retried.
+/// A red-black tree of `n` nodes is at most `2 * log2(n + 1)` high, so a
+/// stable copy never comes near it.
+pub(crate) const MAX_DEPTH: usize = if cfg!(latchtree_defect = "no_depth_cap") {
+    usize::MAX
+} else {
+    128
+};
+
+/// The part of the tree readers can see.
+struct Shared<N> {
+    latch: Latch,
+    roots: [AtomicPtr<N>; 2],
+    lens: [AtomicUsize; 2],
+}
+
+/// Two copies of a red-black tree behind a seqcount latch, plus the
+/// front-end's writer state `W` under the writer lock.
+pub(crate) struct RawTree<N, W> {
+    shared: Shared<N>,
+    writer: Mutex<W>,
+}
+
+impl<N, W> core::fmt::Debug for RawTree<N, W> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("RawTree")
+            .field("latch", &self.shared.latch)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What [`Txn::find`] found in copy 0.
+#[derive(Debug)]
+pub(crate) enum Slot<N> {
+    /// The search stopped on this node.
+    Occupied(NonNull<N>),
+    /// The search fell off the tree: a new node would hang here.
+    Vacant { parent: *mut N, dir: Dir },
+}
+
+// Manual impls: a derive would require `N: Copy`.
+impl<N> Clone for Slot<N> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<N> Copy for Slot<N> {}
+
+/// One structural change, as recorded in copy 0 and replayed on copy 1.
+enum Op<N> {
+    Insert { node: *mut N, parent: *mut N, dir: Dir },
+    Erase(*mut N),
+    Replace { old: *mut N, new: *mut N },
+}
+
+/// A write in progress; see the module docs.
+pub(crate) struct Txn<'t, N> {
+    shared: &'t Shared<N>,
+    log: &'t mut Vec<Op<N>>,
+    started: &'t mut bool,
+}
+
+/// A stable copy, handed to one read attempt.
+pub(crate) struct View<'g, N> {
+    root: &'g AtomicPtr<N>,
+    len: &'g AtomicUsize,
+    copy: usize,
+}
+
+impl<N> Clone for View<'_, N> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<N> Copy for View<'_, N> {}
+
+impl<N: Linked, W> RawTree<N, W> {
+    crate::sync::const_fn_unless_loom! {
+        /// An empty tree with writer state `writer`.
+        pub(crate) fn new(writer: W) -> Self {
+            RawTree {
+                shared: Shared {
+                    latch: Latch::new(),
+                    roots: [
+                        AtomicPtr::new(ptr::null_mut()),
+                        AtomicPtr::new(ptr::null_mut()),
+                    ],
+                    lens: [AtomicUsize::new(0), AtomicUsize::new(0)],
+                },
+                writer: Mutex::new(writer),
+            }
+        }
+    }
+
+    /// Runs `attempt` on a stable copy until it returns `Some` from a version
+    /// that did not change meanwhile; see `latch`.
+    ///
+    /// # Safety
+    /// Every node the attempt can reach, through any link value ever stored
+    /// in this tree while the attempt runs, stays allocated for `'g` (epoch
+    /// pinning for `LatchTree`, type-stable storage for `AddrIndex`).
+    #[inline]
+    pub(crate) unsafe fn read<'g, R>(
+        &'g self,
+        mut attempt: impl FnMut(View<'g, N>) -> Option<R>,
+    ) -> R {
+        let s = &self.shared;
+        s.latch.read(|copy| {
+            attempt(View {
+                root: &s.roots[copy],
+                len: &s.lens[copy],
+                copy,
+            })
+        })
+    }
+
+    /// The number of nodes, read consistently through the latch.
+    pub(crate) fn len(&self) -> usize {
+        let s = &self.shared;
+        s.latch
+            .read(|copy| Some(s.lens[copy].load(Ordering::Relaxed)))
+    }
+
+    /// `(reads retried, writes done)`.
+    pub(crate) fn stats(&self) -> (u64, u64) {
+        (self.shared.latch.retries(), self.shared.latch.writes())
+    }
+
+    /// Runs a write transaction (see the module docs).
+    ///
+    /// * `publish(copy, first, last)` runs for each copy once it holds its
+    ///   final state and before readers are steered to it.
+    /// * `release(writer, node)` receives each node that left the tree for
+    ///   good: the erased ones after a commit, or the added ones after a
+    ///   rollback. A node's memory must stay valid for readers that may
+    ///   still stand on it (retire it through the epoch, or recycle it in
+    ///   type-stable storage).
+    pub(crate) fn write<R>(
+        &self,
+        body: impl for<'b> FnOnce(&'b mut Txn<'b, N>, &mut W) -> R,
+        mut publish: impl FnMut(usize, Option<&N>, Option<&N>),
+        mut release: impl FnMut(&mut W, NonNull<N>),
+    ) -> R {
+        let s = &self.shared;
+        let mut w = lock(&self.writer);
+        let mut log = Vec::new();
+        let mut started = false;
+        let outcome = catch_unwind(AssertUnwindSafe(|| {
+            let mut txn = Txn {
+                shared: s,
+                log: &mut log,
+                started: &mut started,
+            };
+            body(&mut txn, &mut w)
+        }));
+        if !started {
+            return outcome.unwrap_or_else(|p| resume_unwind(p));
+        }
+        match outcome {
+            Ok(r) => {
+                // SAFETY: writer lock held; copy 0 holds only live nodes.
+                unsafe { self.publish(0, &mut publish) };
+                s.latch.flip(); // even: readers move to the new copy 0
+                let side = Side::new(&s.roots[1], 1);
+                for op in &log {
+                    // SAFETY: the ops were valid on copy 0 in this order, and
+                    // copy 1 had the same shape before the first one, so each
+                    // is valid on copy 1 too; no node is released before this
+                    // loop ends.
+                    unsafe {
+                        match *op {
+                            Op::Insert { node, parent, dir } => side.insert(node, parent, dir),
+                            Op::Erase(node) => side.erase(node),
+                            Op::Replace { old, new } => side.replace(old, new),
+                        }
+                    }
+                }
+                s.lens[1].store(s.lens[0].load(Ordering::Relaxed), Ordering::Relaxed);
+                // SAFETY: writer lock held; copy 1 holds only live nodes.
+                unsafe { self.publish(1, &mut publish) };
+                s.latch.count_write();
+                for op in log {
+                    match op {
+                        Op::Erase(node) | Op::Replace { old: node, .. } => {
+                            // SAFETY: log pointers come from `NonNull`s.
+                            release(&mut w, unsafe { NonNull::new_unchecked(node) });
+                        }
+                        Op::Insert { .. } => {}
+                    }
+                }
+                r
+            }
+            Err(panic) => {
+                // SAFETY: writer lock held, seq odd: readers are on copy 1.
+                unsafe { self.rollback() };
+                // SAFETY: as above; copy 0 now equals copy 1.
+                unsafe { self.publish(0, &mut publish) };
+                s.latch.flip();
+                for op in log {
+                    match op {
+                        Op::Insert { node, .. } | Op::Replace { new: node, .. } => {
+                            // SAFETY: log pointers come from `NonNull`s.
+                            release(&mut w, unsafe { NonNull::new_unchecked(node) });
+                        }
+                        Op::Erase(_) => {}
+                    }
+                }
+                drop(w);
+                resume_unwind(panic)
+            }
+        }
+    }
+
+    /// # Safety
+    /// Writer lock held; copy `copy` holds only live nodes.
+    unsafe fn publish(&self, copy: usize, publish: &mut impl FnMut(usize, Option<&N>, Option<&N>)) {
+        let side = Side::new(&self.shared.roots[copy], copy);
+        // SAFETY: the extremes are null or live nodes (caller).
+        unsafe {
+            let first = side.extreme(Dir::Left);
+            let last = side.extreme(Dir::Right);
+            publish(copy, first.as_ref(), last.as_ref());
+        }
+    }
+
+    /// Makes copy 0 identical to copy 1 again.
+    ///
+    /// # Safety
+    /// Writer lock held and `seq` odd (readers are on copy 1, untouched).
+    unsafe fn rollback(&self) {
+        let s = &self.shared;
+        // SAFETY: copy 1 is the last committed version: only live nodes.
+        let nodes = unsafe { nodes_in_order(&s.roots[1], 1) };
+        for n in nodes {
+            // SAFETY: `n` is live.
+            let node = unsafe { n.as_ref() };
+            node.links(0).copy_from(node.links(1));
+        }
+        s.roots[0].store(s.roots[1].load(Ordering::Relaxed), link_store_order());
+        s.lens[0].store(s.lens[1].load(Ordering::Relaxed), Ordering::Relaxed);
+    }
+
+    /// Every node, in key order; for the front-end's `Drop`.
+    pub(crate) fn drain_nodes(&mut self) -> Vec<NonNull<N>> {
+        let s = &self.shared;
+        // SAFETY: `&mut self`: no transaction runs, copy 0 holds only live
+        // nodes.
+        let nodes = unsafe { nodes_in_order(&s.roots[0], 0) };
+        for copy in 0..2 {
+            s.roots[copy].store(ptr::null_mut(), Ordering::Relaxed);
+            s.lens[copy].store(0, Ordering::Relaxed);
+        }
+        nodes
+    }
+
+    /// Checks every structural invariant (see `raw::check`); takes the
+    /// writer lock.
+    pub(crate) fn check(&self, less: impl Fn(&N, &N) -> bool) -> Result<(), String> {
+        let _w = lock(&self.writer);
+        let s = &self.shared;
+        super::check::check(
+            s.latch.seq(),
+            [&s.roots[0], &s.roots[1]],
+            [
+                s.lens[0].load(Ordering::Relaxed),
+                s.lens[1].load(Ordering::Relaxed),
+            ],
+            less,
+        )
+    }
+}
+
+/// Every node of one copy in key order, walked by the writer.
+///
+/// # Safety
+/// The copy is not being modified and holds only live nodes.
+pub(crate) unsafe fn nodes_in_order<N: Linked>(root: &AtomicPtr<N>, copy: usize) -> Vec<NonNull<N>> {
+    let mut out = Vec::new();
+    let mut stack: Vec<NonNull<N>> = Vec::new();
+    let mut cur = root.load(Ordering::Relaxed);
+    loop {
+        while let Some(n) = NonNull::new(cur) {
+            stack.push(n);
+            // SAFETY: `n` is live (caller).
+            cur = unsafe { n.as_ref() }.links(copy).load_child(Dir::Left);
+        }
+        let Some(n) = stack.pop() else { return out };
+        out.push(n);
+        // SAFETY: `n` is live (caller).
+        cur = unsafe { n.as_ref() }.links(copy).load_child(Dir::Right);
+    }
+}
+
+impl<'t, N: Linked> Txn<'t, N> {
+    fn side(&self) -> Side<'t, N> {
+        Side::new(&self.shared.roots[0], 0)
+    }
+
+    /// Flips `seq` to odd before the first change.
+    fn start(&mut self) {
+        if !*self.started {
+            self.shared.latch.flip();
+            *self.started = true;
+        }
+    }
+
+    /// Searches copy 0 (the version being built): `step` says where to go
+    /// from each node, or `None` to stop on it.
+    pub(crate) fn find(&self, mut step: impl FnMut(&N) -> Option<Dir>) -> Slot<N> {
+        let side = self.side();
+        let mut parent = ptr::null_mut();
+        let mut dir = Dir::Left;
+        let mut cur = side.root();
+        while let Some(n) = NonNull::new(cur) {
+            // SAFETY: copy 0 holds only live nodes while the writer lock is
+            // held; nothing is released before the transaction ends.
+            match step(unsafe { n.as_ref() }) {
+                None => return Slot::Occupied(n),
+                Some(d) => {
+                    parent = cur;
+                    dir = d;
+                    // SAFETY: as above.
+                    cur = unsafe { side.child(cur, d) };
+                }
+            }
+        }
+        Slot::Vacant { parent, dir }
+    }
+
+    /// The node a [`Slot::Occupied`] points at.
+    ///
+    /// # Safety
+    /// `n` came from this transaction's `find` and was not erased since.
+    pub(crate) unsafe fn node(&self, n: NonNull<N>) -> &N {
+        // SAFETY: caller; nodes are released only after the transaction.
+        unsafe { n.as_ref() }
+    }
+
+    /// The number of nodes in the version being built.
+    pub(crate) fn len(&self) -> usize {
+        self.shared.lens[0].load(Ordering::Relaxed)
+    }
+
+    fn add_len(&self, delta: isize) {
+        let l = &self.shared.lens[0];
+        l.store(l.load(Ordering::Relaxed).wrapping_add_signed(delta), Ordering::Relaxed);
+    }
+
+    /// Links `node` at a vacant slot.
+    ///
+    /// # Safety
+    /// `node` is live, in no tree, and stays allocated until released; `slot`
+    /// is `Vacant` and came from a `find` with no change since.
+    pub(crate) unsafe fn insert(&mut self, node: NonNull<N>, slot: Slot<N>) {
+        let Slot::Vacant { parent, dir } = slot else {
+            unreachable!("insert into an occupied slot")
+        };
+        self.start();
+        // SAFETY: caller.
+        unsafe { self.side().insert(node.as_ptr(), parent, dir) };
+        self.log.push(Op::Insert { node: node.as_ptr(), parent, dir });
+        self.add_len(1);
+    }
+
+    /// Unlinks `node`; it is released when the transaction commits.
+    ///
+    /// # Safety
+    /// `node` came from this transaction's `find` and was not erased since.
+    pub(crate) unsafe fn erase(&mut self, node: NonNull<N>) {
+        self.start();
+        // SAFETY: caller: `node` is in copy 0.
+        unsafe { self.side().erase(node.as_ptr()) };
+        self.log.push(Op::Erase(node.as_ptr()));
+        self.add_len(-1);
+    }
+
+    /// Puts `new` in the place of `old`; `old` is released on commit.
+    ///
+    /// # Safety
+    /// As for [`Txn::erase`] for `old` and [`Txn::insert`] for `new`.
+    pub(crate) unsafe fn replace(&mut self, old: NonNull<N>, new: NonNull<N>) {
+        self.start();
+        // SAFETY: caller.
+        unsafe { self.side().replace(old.as_ptr(), new.as_ptr()) };
+        self.log.push(Op::Replace {
+            old: old.as_ptr(),
+            new: new.as_ptr(),
+        });
+    }
+}
+
+impl<'g, N: Linked> View<'g, N> {
+    /// Bounded descent from the root. `step` returns the direction to go on,
+    /// or `None` to stop. Returns `None` if the walk exceeded [`MAX_DEPTH`]
+    /// (only possible in a copy that is being rewritten).
+    #[inline(always)]
+    pub(crate) fn descend(self, mut step: impl FnMut(&'g N) -> Option<Dir>) -> Option<()> {
+        // Acquire: pairs with the Release root store.
+        let mut cur = self.root.load(Ordering::Acquire);
+        for _ in 0..MAX_DEPTH {
+            // SAFETY: by `RawTree::read`'s contract every pointer a reader
+            // can load from this tree points to memory valid for 'g.
+            let Some(node) = (unsafe { cur.as_ref() }) else {
+                return Some(());
+            };
+            match step(node) {
+                None => return Some(()),
+                Some(dir) => cur = node.links(self.copy).load_child(dir),
+            }
+        }
+        None
+    }
+
+    /// Visits every node in key order. Returns `None` (torn read) if the walk
+    /// is deeper than [`MAX_DEPTH`] or longer than the copy's length.
+    pub(crate) fn walk(self, mut visit: impl FnMut(&'g N)) -> Option<()> {
+        let mut budget = self.len.load(Ordering::Relaxed);
+        let mut stack: Vec<&'g N> = Vec::new();
+        let mut cur = self.root.load(Ordering::Acquire);
+        loop {
+            // SAFETY: as in `descend`.
+            while let Some(n) = unsafe { cur.as_ref() } {
+                if stack.len() >= MAX_DEPTH {
+                    return None;
+                }
+                stack.push(n);
+                cur = n.links(self.copy).load_child(Dir::Left);
+            }
+            let Some(n) = stack.pop() else {
+                return Some(());
+            };
+            budget = budget.checked_sub(1)?;
+            visit(n);
+            cur = n.links(self.copy).load_child(Dir::Right);
+        }
+    }
+}
