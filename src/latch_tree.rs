@@ -199,6 +199,12 @@ impl<K, V> LatchTree<K, V> {
         self.reclaim.pin()
     }
 
+    /// Panics unless `guard` pins this tree's collector.
+    #[inline(always)]
+    pub(crate) fn check_guard(&self, guard: &Guard) {
+        self.reclaim.check_guard(guard);
+    }
+
     /// Runs a bounded read against a stable copy.
     #[inline(always)]
     fn read<'g, R>(

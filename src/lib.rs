@@ -1,6 +1,7 @@
 //! Crate docs: see README (filled in below).
 #![doc = include_str!("../README.md")]
 
+mod addr_index;
 mod latch_tree;
 mod raw;
 mod reclaim;
@@ -8,5 +9,6 @@ mod stats;
 mod sync;
 
 pub use crossbeam_epoch::{Collector, Guard, LocalHandle, pin};
+pub use addr_index::{AddrIndex, AddrIndexError, Hit, ModuleId, RawHit};
 pub use latch_tree::{Batch, LatchTree};
 pub use stats::Stats;

@@ -353,15 +353,6 @@ impl<'t, N: Linked> Txn<'t, N> {
         Slot::Vacant { parent, dir }
     }
 
-    /// The node a [`Slot::Occupied`] points at.
-    ///
-    /// # Safety
-    /// `n` came from this transaction's `find` and was not erased since.
-    pub(crate) unsafe fn node(&self, n: NonNull<N>) -> &N {
-        // SAFETY: caller; nodes are released only after the transaction.
-        unsafe { n.as_ref() }
-    }
-
     /// The number of nodes in the version being built.
     pub(crate) fn len(&self) -> usize {
         self.shared.lens[0].load(Ordering::Relaxed)
@@ -416,6 +407,12 @@ impl<'t, N: Linked> Txn<'t, N> {
 }
 
 impl<'g, N: Linked> View<'g, N> {
+    /// Which copy this view reads (for per-copy data kept by a front-end).
+    #[inline(always)]
+    pub(crate) fn copy(self) -> usize {
+        self.copy
+    }
+
     /// Bounded descent from the root. `step` returns the direction to go on,
     /// or `None` to stop. Returns `None` if the walk exceeded [`MAX_DEPTH`]
     /// (only possible in a copy that is being rewritten).

@@ -1,0 +1,136 @@
+//! Type-stable storage for the address index's range nodes.
+//!
+//! Node memory is allocated in chunks that are never returned to the
+//! allocator while the index lives; a node that left both copies goes on a
+//! free list and is reused by a later write. This is what lets
+//! [`AddrIndex::lookup`](crate::AddrIndex::lookup) run without pinning an
+//! epoch (and so from a signal handler):
+//!
+//! * **It can never fault.** Every pointer a reader can load from the tree
+//!   (from a root or a link, in any interleaving) is null or points into a
+//!   chunk, and chunks outlive every `&AddrIndex`.
+//! * **It can never race on plain memory.** Every field a reader reads
+//!   (`start`, `end`, `id`, `module`, the links) is an atomic, so a reader
+//!   standing on a node that is being recycled reads garbage, not UB.
+//! * **It can never return garbage.** Fields are rewritten only while the
+//!   node is in neither copy, and only inside a write transaction, i.e. after
+//!   the latch's first flip (whose `Release` fence orders it before them). A
+//!   reader that read any rewritten value therefore fails its `seq` re-check
+//!   (case 2 in `raw::latch`) and retries; a reader that validates read only
+//!   values from the version it started in, in which the node was linked.
+//! * **It can never loop.** Torn shapes are cut off by the descent cap.
+//!
+//! The module value `T` is *not* in this storage: it lives in the index's
+//! epoch-managed module table and is dropped only through the epoch, never
+//! inside a reader.
+
+use crate::raw::{Linked, Links};
+use crate::sync::{AtomicPtr, AtomicU64, Ordering};
+use core::ptr::{self, NonNull};
+
+/// One address range. Copy 0's links, the bounds and the id share the first
+/// cache line (readers use copy 0 while no write is running).
+#[repr(C, align(64))]
+pub(crate) struct RangeNode<M> {
+    hot: Links<RangeNode<M>>,
+    pub(crate) start: AtomicU64,
+    pub(crate) end: AtomicU64,
+    pub(crate) id: AtomicU64,
+    /// The module record, valid while the node is linked; dereferenced only
+    /// by pinned readers after validation.
+    pub(crate) module: AtomicPtr<M>,
+    cold: Links<RangeNode<M>>,
+}
+
+// SAFETY: copy 0 is always `hot` and copy 1 always `cold`: distinct sets.
+unsafe impl<M> Linked for RangeNode<M> {
+    #[inline(always)]
+    fn links(&self, copy: usize) -> &Links<Self> {
+        if copy == 0 { &self.hot } else { &self.cold }
+    }
+}
+
+impl<M> RangeNode<M> {
+    fn new() -> Self {
+        RangeNode {
+            hot: Links::new(),
+            start: AtomicU64::new(0),
+            end: AtomicU64::new(0),
+            id: AtomicU64::new(0),
+            module: AtomicPtr::new(ptr::null_mut()),
+            cold: Links::new(),
+        }
+    }
+}
+
+/// Chunks of nodes plus a free list; owned by the writer (under its lock).
+pub(crate) struct Slab<M> {
+    chunks: Vec<NonNull<[RangeNode<M>]>>,
+    free: Vec<NonNull<RangeNode<M>>>,
+}
+
+impl<M> core::fmt::Debug for Slab<M> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Slab")
+            .field("chunks", &self.chunks.len())
+            .field("free", &self.free.len())
+            .finish()
+    }
+}
+
+impl<M> Slab<M> {
+    pub(crate) const fn new() -> Self {
+        Slab {
+            chunks: Vec::new(),
+            free: Vec::new(),
+        }
+    }
+
+    /// A node holding `start..end`, `id` and `module`, not in any copy.
+    ///
+    /// Must be called inside a write transaction that has already flipped
+    /// the latch (see the module docs): the stores below may be read by
+    /// stale readers, which must then fail validation.
+    pub(crate) fn alloc(&mut self, start: u64, end: u64, id: u64, module: *mut M) -> NonNull<RangeNode<M>> {
+        if self.free.is_empty() {
+            self.grow();
+        }
+        let n = self.free.pop().expect("grow added nodes");
+        // SAFETY: free-list nodes point into live chunks.
+        let node = unsafe { n.as_ref() };
+        // Relaxed: ordered after the latch flip by its Release fence, and
+        // published to readers by the Release link store that links it.
+        node.start.store(start, Ordering::Relaxed);
+        node.end.store(end, Ordering::Relaxed);
+        node.id.store(id, Ordering::Relaxed);
+        node.module.store(module, Ordering::Relaxed);
+        n
+    }
+
+    /// Puts a node that left both copies back on the free list.
+    pub(crate) fn recycle(&mut self, node: NonNull<RangeNode<M>>) {
+        self.free.push(node);
+    }
+
+    fn grow(&mut self) {
+        let size = (self.chunks.len() + 1).min(64) * 16;
+        let chunk: Box<[RangeNode<M>]> = (0..size).map(|_| RangeNode::new()).collect();
+        let chunk = NonNull::from(Box::leak(chunk));
+        let base = chunk.cast::<RangeNode<M>>();
+        for i in (0..size).rev() {
+            // SAFETY: `i < size`, inside the chunk.
+            self.free.push(unsafe { base.add(i) });
+        }
+        self.chunks.push(chunk);
+    }
+}
+
+impl<M> Drop for Slab<M> {
+    fn drop(&mut self) {
+        for chunk in self.chunks.drain(..) {
+            // SAFETY: each chunk came from `Box::leak` in `grow` and is freed
+            // once, when the index (and so every reader's borrow) is gone.
+            drop(unsafe { Box::from_raw(chunk.as_ptr()) });
+        }
+    }
+}
