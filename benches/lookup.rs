@@ -1,0 +1,3 @@
+//! Placeholder, replaced by the benchmark suite.
+
+fn main() {}
