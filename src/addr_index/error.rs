@@ -26,7 +26,9 @@ pub enum AddrIndexError {
     InvertedRange(Range<u64>),
     /// `insert_module` was given no range at all.
     NoRanges,
-    /// The range overlaps one already registered by `module`.
+    /// The range overlaps one already registered by `module` (the lowest
+    /// such range is reported; for several new ranges, the lowest new range
+    /// that overlaps anything).
     Overlap {
         /// The rejected range.
         range: Range<u64>,

@@ -481,28 +481,22 @@ impl<T: Send + Sync + 'static> AddrIndex<T> {
                 // Validate against the registered ranges before changing
                 // anything: the latch is not even flipped on error.
                 for r in &ranges {
-                    // The registered range with the greatest start < r.end is
-                    // the only one that can overlap `r`.
-                    let mut before = None;
+                    // Ends increase with starts, so the registered range with
+                    // the lowest end above `r.start` is the lowest one that
+                    // can overlap `r`; it does if it starts before `r.end`.
+                    let mut first_above = None;
                     txn.find(|n| {
-                        if n.start.load(Ordering::Relaxed) < r.end {
-                            before = Some(n.start.load(Ordering::Relaxed)..n.end.load(Ordering::Relaxed));
-                            Some(Dir::Right)
-                        } else {
+                        if n.end.load(Ordering::Relaxed) > r.start {
+                            first_above = Some((
+                                n.start.load(Ordering::Relaxed)..n.end.load(Ordering::Relaxed),
+                                n.id.load(Ordering::Relaxed),
+                            ));
                             Some(Dir::Left)
+                        } else {
+                            Some(Dir::Right)
                         }
                     });
-                    let mut owner = 0;
-                    if let Some(existing) = before.filter(|e| e.end > r.start) {
-                        txn.find(|n| {
-                            let s = n.start.load(Ordering::Relaxed);
-                            if s == existing.start {
-                                owner = n.id.load(Ordering::Relaxed);
-                                None
-                            } else {
-                                Some(if existing.start < s { Dir::Left } else { Dir::Right })
-                            }
-                        });
+                    if let Some((existing, owner)) = first_above.filter(|(e, _)| e.start < r.end) {
                         return Err(AddrIndexError::Overlap {
                             range: r.clone(),
                             existing,
