@@ -297,7 +297,11 @@ impl<K: Ord, V> LatchTree<K, V> {
     /// assert_eq!(tree.upper_bound(Unbounded, &g), Some((&5, &'b')));
     /// ```
     #[inline]
-    pub fn upper_bound<'g, Q>(&'g self, bound: Bound<&Q>, guard: &'g Guard) -> Option<(&'g K, &'g V)>
+    pub fn upper_bound<'g, Q>(
+        &'g self,
+        bound: Bound<&Q>,
+        guard: &'g Guard,
+    ) -> Option<(&'g K, &'g V)>
     where
         K: Borrow<Q>,
         Q: Ord + ?Sized,
@@ -317,7 +321,11 @@ impl<K: Ord, V> LatchTree<K, V> {
     /// assert_eq!(tree.lower_bound(Unbounded, &g), Some((&1, &'a')));
     /// ```
     #[inline]
-    pub fn lower_bound<'g, Q>(&'g self, bound: Bound<&Q>, guard: &'g Guard) -> Option<(&'g K, &'g V)>
+    pub fn lower_bound<'g, Q>(
+        &'g self,
+        bound: Bound<&Q>,
+        guard: &'g Guard,
+    ) -> Option<(&'g K, &'g V)>
     where
         K: Borrow<Q>,
         Q: Ord + ?Sized,
@@ -328,7 +336,12 @@ impl<K: Ord, V> LatchTree<K, V> {
     /// `upper_bound` (`toward == Right`: the last key on the low side of the
     /// bound) and its mirror image `lower_bound`.
     #[inline(always)]
-    fn bound<'g, Q>(&'g self, bound: Bound<&Q>, toward_end: Dir, guard: &'g Guard) -> Option<(&'g K, &'g V)>
+    fn bound<'g, Q>(
+        &'g self,
+        bound: Bound<&Q>,
+        toward_end: Dir,
+        guard: &'g Guard,
+    ) -> Option<(&'g K, &'g V)>
     where
         K: Borrow<Q>,
         Q: Ord + ?Sized,
@@ -487,10 +500,11 @@ pub struct Batch<'t, K, V> {
     txn: &'t mut Txn<'t, Node<K, V>>,
 }
 
-
 impl<K, V> fmt::Debug for Batch<'_, K, V> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Batch").field("len", &self.txn.len()).finish()
+        f.debug_struct("Batch")
+            .field("len", &self.txn.len())
+            .finish()
     }
 }
 

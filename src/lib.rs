@@ -8,7 +8,7 @@ mod reclaim;
 mod stats;
 mod sync;
 
-pub use crossbeam_epoch::{Collector, Guard, LocalHandle, pin};
 pub use addr_index::{AddrIndex, AddrIndexError, Hit, ModuleId, RawHit};
+pub use crossbeam_epoch::{Collector, Guard, LocalHandle, pin};
 pub use latch_tree::{Batch, LatchTree};
 pub use stats::Stats;

@@ -10,9 +10,7 @@ pub(crate) use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering, 
 pub(crate) use std::sync::{Mutex, MutexGuard};
 
 #[cfg(loom)]
-pub(crate) use loom::sync::atomic::{
-    AtomicPtr, AtomicU64, AtomicUsize, Ordering, fence,
-};
+pub(crate) use loom::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering, fence};
 #[cfg(loom)]
 pub(crate) use loom::sync::{Mutex, MutexGuard};
 

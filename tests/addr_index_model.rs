@@ -122,7 +122,11 @@ fn run(ops: Vec<Op>) {
                     }
                     Err(e) => {
                         assert_eq!(Some(e), want, "for {ranges:?}");
-                        assert_eq!(index.snapshot(), before, "a rejected insert changes nothing");
+                        assert_eq!(
+                            index.snapshot(),
+                            before,
+                            "a rejected insert changes nothing"
+                        );
                     }
                 }
             }
@@ -184,7 +188,10 @@ fn extremes_and_adjacent_ranges() {
     assert_eq!(index.lookup(0).map(|h| h.id()), Some(bottom));
     assert_eq!(index.lookup(1), None);
     assert_eq!(index.lookup(19).map(|h| h.range()), Some(10..20));
-    assert_eq!(index.lookup(20).map(|h| (h.id(), h.range())), Some((a, 20..30)));
+    assert_eq!(
+        index.lookup(20).map(|h| (h.id(), h.range())),
+        Some((a, 20..30))
+    );
     assert_eq!(index.lookup(30).map(|h| h.id()), Some(b));
     assert_eq!(index.lookup(u64::MAX - 1).map(|h| h.id()), Some(top));
     assert_eq!(index.lookup(u64::MAX), None);
@@ -195,11 +202,21 @@ fn extremes_and_adjacent_ranges() {
     );
     #[allow(clippy::reversed_empty_ranges)]
     let inverted = 5..4;
-    assert_eq!(index.insert(inverted.clone(), "x"), Err(AddrIndexError::InvertedRange(inverted)));
-    assert_eq!(index.insert_module(Vec::new(), "none"), Err(AddrIndexError::NoRanges));
+    assert_eq!(
+        index.insert(inverted.clone(), "x"),
+        Err(AddrIndexError::InvertedRange(inverted))
+    );
+    assert_eq!(
+        index.insert_module(Vec::new(), "none"),
+        Err(AddrIndexError::NoRanges)
+    );
     assert_eq!(
         index.insert(25..35, "over"),
-        Err(AddrIndexError::Overlap { range: 25..35, existing: 20..30, module: a })
+        Err(AddrIndexError::Overlap {
+            range: 25..35,
+            existing: 20..30,
+            module: a
+        })
     );
     index.check_invariants().unwrap();
 }

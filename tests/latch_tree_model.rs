@@ -73,7 +73,13 @@ fn run(ops: Vec<Op>) {
                 let got = tree.write(|batch| {
                     items
                         .iter()
-                        .map(|&(ins, k, v)| if ins { batch.insert(k, v) } else { batch.remove(&k) })
+                        .map(|&(ins, k, v)| {
+                            if ins {
+                                batch.insert(k, v)
+                            } else {
+                                batch.remove(&k)
+                            }
+                        })
                         .collect::<Vec<_>>()
                 });
                 let want: Vec<bool> = items

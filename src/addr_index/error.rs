@@ -46,7 +46,11 @@ impl fmt::Display for AddrIndexError {
         match self {
             AddrIndexError::EmptyRange(r) => write!(f, "empty range {:#x}..{:#x}", r.start, r.end),
             AddrIndexError::InvertedRange(r) => {
-                write!(f, "inverted range {:#x}..{:#x} (start > end)", r.start, r.end)
+                write!(
+                    f,
+                    "inverted range {:#x}..{:#x} (start > end)",
+                    r.start, r.end
+                )
             }
             AddrIndexError::NoRanges => f.write_str("a module needs at least one range"),
             AddrIndexError::Overlap {

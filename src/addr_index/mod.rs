@@ -186,7 +186,10 @@ impl<T> AddrIndex<T> {
     /// Runs `attempt` against a stable copy; type-stable storage makes this
     /// safe without a guard.
     #[inline(always)]
-    fn read<'a, R>(&'a self, attempt: impl FnMut(View<'a, RangeNode<Module<T>>>) -> Option<R>) -> R {
+    fn read<'a, R>(
+        &'a self,
+        attempt: impl FnMut(View<'a, RangeNode<Module<T>>>) -> Option<R>,
+    ) -> R {
         // SAFETY: every pointer a reader can load from `ranges` is null or
         // points into the slab's chunks, which are freed only when the index
         // is dropped, impossible while `&'a self` is held (slab.rs).
@@ -196,7 +199,11 @@ impl<T> AddrIndex<T> {
     /// Finds the range containing `addr` in a stable copy and copies its
     /// fields out, before validation. `Some(None)`: no such range.
     #[inline(always)]
-    fn find<'a>(&'a self, view: View<'a, RangeNode<Module<T>>>, addr: u64) -> Option<Option<(RawHit, *mut Module<T>)>> {
+    fn find<'a>(
+        &'a self,
+        view: View<'a, RangeNode<Module<T>>>,
+        addr: u64,
+    ) -> Option<Option<(RawHit, *mut Module<T>)>> {
         let b = &self.bounds[view.copy()];
         // Relaxed: validated by the latch like every other word read here.
         if addr < b[0].load(Ordering::Relaxed) || addr >= b[1].load(Ordering::Relaxed) {
@@ -507,7 +514,13 @@ impl<T: Send + Sync + 'static> AddrIndex<T> {
                 let id = ModuleId(writer.next_id);
                 writer.next_id += 1;
                 let boxed_ranges = ranges.clone().into_boxed_slice();
-                self.modules.insert(id, Module { value, ranges: boxed_ranges });
+                self.modules.insert(
+                    id,
+                    Module {
+                        value,
+                        ranges: boxed_ranges,
+                    },
+                );
                 let guard = self.modules.pin();
                 let module = self
                     .modules
@@ -515,7 +528,11 @@ impl<T: Send + Sync + 'static> AddrIndex<T> {
                     .map_or(ptr::null_mut(), |m| ptr::from_ref(m).cast_mut());
                 for r in &ranges {
                     let slot = txn.find(|n| {
-                        Some(if r.start < n.start.load(Ordering::Relaxed) { Dir::Left } else { Dir::Right })
+                        Some(if r.start < n.start.load(Ordering::Relaxed) {
+                            Dir::Left
+                        } else {
+                            Dir::Right
+                        })
                     });
                     let node = writer.slab.alloc(r.start, r.end, id.0, module);
                     // SAFETY: `node` is a free slab node (in no copy) that
@@ -574,9 +591,17 @@ impl<T: Send + Sync + 'static> AddrIndex<T> {
         removed && self.modules.remove(&id)
     }
 
-    fn publish_bounds(&self, copy: usize, first: Option<&RangeNode<Module<T>>>, last: Option<&RangeNode<Module<T>>>) {
+    fn publish_bounds(
+        &self,
+        copy: usize,
+        first: Option<&RangeNode<Module<T>>>,
+        last: Option<&RangeNode<Module<T>>>,
+    ) {
         let (lo, hi) = match (first, last) {
-            (Some(f), Some(l)) => (f.start.load(Ordering::Relaxed), l.end.load(Ordering::Relaxed)),
+            (Some(f), Some(l)) => (
+                f.start.load(Ordering::Relaxed),
+                l.end.load(Ordering::Relaxed),
+            ),
             _ => (u64::MAX, 0),
         };
         // Relaxed: readers reach this copy's bounds only through the latch,
@@ -598,7 +623,11 @@ impl<T> fmt::Debug for AddrIndex<T> {
         impl fmt::Debug for Ranges {
             fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.debug_map()
-                    .entries(self.0.iter().map(|(r, id)| (format!("{:#x}..{:#x}", r.start, r.end), id)))
+                    .entries(
+                        self.0
+                            .iter()
+                            .map(|(r, id)| (format!("{:#x}..{:#x}", r.start, r.end), id)),
+                    )
                     .finish()
             }
         }

@@ -91,7 +91,13 @@ impl<M> Slab<M> {
     /// Must be called inside a write transaction that has already flipped
     /// the latch (see the module docs): the stores below may be read by
     /// stale readers, which must then fail validation.
-    pub(crate) fn alloc(&mut self, start: u64, end: u64, id: u64, module: *mut M) -> NonNull<RangeNode<M>> {
+    pub(crate) fn alloc(
+        &mut self,
+        start: u64,
+        end: u64,
+        id: u64,
+        module: *mut M,
+    ) -> NonNull<RangeNode<M>> {
         if self.free.is_empty() {
             self.grow();
         }

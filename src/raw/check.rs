@@ -30,7 +30,7 @@ pub(crate) fn check<N: Linked>(
     lens: [usize; 2],
     less: impl Fn(&N, &N) -> bool,
 ) -> Result<(), String> {
-    if seq % 2 != 0 {
+    if !seq.is_multiple_of(2) {
         return Err(format!("seq {seq} is odd at rest"));
     }
     let mut orders = Vec::new();
@@ -48,8 +48,7 @@ pub(crate) fn check<N: Linked>(
                 return Err(format!("copy {copy}: root is red"));
             }
         }
-        subtree(root, copy, 0, &mut seen, &mut order)
-            .map_err(|e| format!("copy {copy}: {e}"))?;
+        subtree(root, copy, 0, &mut seen, &mut order).map_err(|e| format!("copy {copy}: {e}"))?;
         if order.len() != lens[copy] {
             return Err(format!(
                 "copy {copy}: {} nodes but length {}",

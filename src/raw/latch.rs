@@ -77,10 +77,10 @@ impl Latch {
             let result = attempt((s & 1) as usize);
             // Acquire: pairs with the Release fence in `flip` (case 2 above).
             fence(Ordering::Acquire);
-            if let Some(r) = result {
-                if self.seq.load(Ordering::Relaxed) == s {
-                    return r;
-                }
+            if let Some(r) = result
+                && self.seq.load(Ordering::Relaxed) == s
+            {
+                return r;
             }
             self.retries.0.fetch_add(1, Ordering::Relaxed);
             retry_hint();

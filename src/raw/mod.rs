@@ -31,3 +31,6 @@ mod tree;
 
 pub(crate) use links::{Dir, Linked, Links};
 pub(crate) use tree::{RawTree, Slot, Txn, View};
+
+#[cfg(all(test, not(loom)))]
+mod tests;

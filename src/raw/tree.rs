@@ -74,9 +74,16 @@ impl<N> Copy for Slot<N> {}
 
 /// One structural change, as recorded in copy 0 and replayed on copy 1.
 enum Op<N> {
-    Insert { node: *mut N, parent: *mut N, dir: Dir },
+    Insert {
+        node: *mut N,
+        parent: *mut N,
+        dir: Dir,
+    },
     Erase(*mut N),
-    Replace { old: *mut N, new: *mut N },
+    Replace {
+        old: *mut N,
+        new: *mut N,
+    },
 }
 
 /// A write in progress; see the module docs.
@@ -300,7 +307,10 @@ impl<N: Linked, W> RawTree<N, W> {
 ///
 /// # Safety
 /// The copy is not being modified and holds only live nodes.
-pub(crate) unsafe fn nodes_in_order<N: Linked>(root: &AtomicPtr<N>, copy: usize) -> Vec<NonNull<N>> {
+pub(crate) unsafe fn nodes_in_order<N: Linked>(
+    root: &AtomicPtr<N>,
+    copy: usize,
+) -> Vec<NonNull<N>> {
     let mut out = Vec::new();
     let mut stack: Vec<NonNull<N>> = Vec::new();
     let mut cur = root.load(Ordering::Relaxed);
@@ -360,7 +370,10 @@ impl<'t, N: Linked> Txn<'t, N> {
 
     fn add_len(&self, delta: isize) {
         let l = &self.shared.lens[0];
-        l.store(l.load(Ordering::Relaxed).wrapping_add_signed(delta), Ordering::Relaxed);
+        l.store(
+            l.load(Ordering::Relaxed).wrapping_add_signed(delta),
+            Ordering::Relaxed,
+        );
     }
 
     /// Links `node` at a vacant slot.
@@ -375,7 +388,11 @@ impl<'t, N: Linked> Txn<'t, N> {
         self.start();
         // SAFETY: caller.
         unsafe { self.side().insert(node.as_ptr(), parent, dir) };
-        self.log.push(Op::Insert { node: node.as_ptr(), parent, dir });
+        self.log.push(Op::Insert {
+            node: node.as_ptr(),
+            parent,
+            dir,
+        });
         self.add_len(1);
     }
 
