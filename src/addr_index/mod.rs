@@ -64,16 +64,26 @@ pub struct RawHit {
 
 impl RawHit {
     /// The registered range that contains the address.
+    ///
+    /// ```
+    /// let index = latchtree::AddrIndex::new();
+    /// let id = index.insert(0x100..0x200, ()).unwrap();
+    /// let hit = index.lookup(0x180).unwrap();
+    /// assert_eq!(hit.range(), 0x100..0x200);
+    /// assert_eq!(hit.id(), id);
+    /// assert_eq!(hit.offset(0x180), 0x80);
+    /// ```
     pub fn range(&self) -> Range<u64> {
         self.start..self.end
     }
 
-    /// The module that owns the range.
+    /// The module that owns the range (see [`RawHit::range`] for an example).
     pub fn id(&self) -> ModuleId {
         self.id
     }
 
-    /// `addr - range().start`: the address relative to its range.
+    /// `addr - range().start`: the address relative to its range (see
+    /// [`RawHit::range`] for an example).
     pub fn offset(&self, addr: u64) -> u64 {
         addr.wrapping_sub(self.start)
     }
@@ -89,16 +99,37 @@ pub struct Hit<'g, T> {
 
 impl<'g, T> Hit<'g, T> {
     /// The registered range that contains the address.
+    ///
+    /// ```
+    /// let index = latchtree::AddrIndex::new();
+    /// let id = index.insert(0x100..0x200, "libz.so.1").unwrap();
+    /// let guard = latchtree::pin();
+    /// let hit = index.module_address(0x1ff, &guard).unwrap();
+    /// assert_eq!((hit.range(), hit.id(), *hit.value()), (0x100..0x200, id, "libz.so.1"));
+    /// ```
     pub fn range(&self) -> Range<u64> {
         self.raw.range()
     }
 
-    /// The module that owns the range.
+    /// The module that owns the range (see [`Hit::range`] for an example).
     pub fn id(&self) -> ModuleId {
         self.raw.id
     }
 
-    /// The module's value.
+    /// The same hit without the borrow: what [`AddrIndex::lookup`] returns.
+    ///
+    /// ```
+    /// let index = latchtree::AddrIndex::new();
+    /// index.insert(0..10, ()).unwrap();
+    /// let guard = latchtree::pin();
+    /// assert_eq!(index.module_address(5, &guard).map(|h| h.raw()), index.lookup(5));
+    /// ```
+    pub fn raw(&self) -> RawHit {
+        self.raw
+    }
+
+    /// The module's value, borrowed for the guard's lifetime (see
+    /// [`Hit::range`] for an example).
     pub fn value(&self) -> &'g T {
         self.value
     }
