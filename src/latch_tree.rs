@@ -11,20 +11,22 @@ use core::ops::Bound;
 use core::ptr::NonNull;
 use crossbeam_epoch::{Collector, Guard};
 
-/// One entry: both copies' links first (copy 0, the one readers use at rest,
-/// shares the key's cache line for small keys), then the key and value.
+/// One entry. Copy 0's links (the copy readers use while no write runs) sit
+/// right before the key, so that a descent step touches one small span of
+/// the node; copy 1's links and the value follow.
 #[repr(C)]
 struct Node<K, V> {
-    links: [Links<Node<K, V>>; 2],
+    hot: Links<Node<K, V>>,
     key: K,
+    cold: Links<Node<K, V>>,
     value: V,
 }
 
-// SAFETY: `links(c)` always returns `&self.links[c]`, two distinct sets.
+// SAFETY: copy 0 is always `hot` and copy 1 always `cold`: distinct sets.
 unsafe impl<K, V> Linked for Node<K, V> {
     #[inline(always)]
     fn links(&self, copy: usize) -> &Links<Self> {
-        &self.links[copy]
+        if copy == 0 { &self.hot } else { &self.cold }
     }
 }
 
@@ -32,8 +34,9 @@ impl<K, V> Node<K, V> {
     /// Allocates an unlinked node. Its key and value are never written again.
     fn alloc(key: K, value: V) -> NonNull<Self> {
         let b = Box::new(Node {
-            links: [Links::new(), Links::new()],
+            hot: Links::new(),
             key,
+            cold: Links::new(),
             value,
         });
         NonNull::from(Box::leak(b))
@@ -468,6 +471,10 @@ impl<K: Ord + Send + 'static, V: Send + 'static> LatchTree<K, V> {
     /// Applies several inserts and removes as one atomic write: readers see
     /// all of them or none, and the whole batch costs two counter flips.
     /// If `f` panics, nothing it did is kept.
+    ///
+    /// # Panics
+    /// If `f` starts another write on the same tree (use `batch` instead),
+    /// and whenever `f` or `K`'s `Ord` panics.
     ///
     /// ```
     /// let tree = latchtree::LatchTree::new();

@@ -97,3 +97,8 @@ pub use addr_index::{AddrIndex, AddrIndexError, Hit, ModuleId, RawHit};
 pub use crossbeam_epoch::{Collector, Guard, LocalHandle, pin};
 pub use latch_tree::{Batch, LatchTree};
 pub use stats::Stats;
+
+/// The README's examples, compiled and run as doctests.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

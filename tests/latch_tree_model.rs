@@ -149,3 +149,29 @@ fn ascending_descending_and_interleaved() {
         tree.check_invariants().unwrap();
     }
 }
+
+#[test]
+#[should_panic(expected = "from inside a write of the same tree")]
+fn reentrant_write_panics_instead_of_deadlocking() {
+    let tree = LatchTree::new();
+    tree.write(|batch| {
+        batch.insert(1, 1);
+        tree.insert(2, 2);
+    });
+}
+
+#[test]
+fn reentrant_write_leaves_the_tree_unchanged() {
+    let tree = LatchTree::new();
+    tree.insert(0, 0);
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        tree.write(|batch| {
+            batch.insert(1, 1);
+            tree.remove(&0);
+        })
+    }));
+    assert!(r.is_err());
+    assert_eq!(tree.to_vec(), vec![(0, 0)]);
+    tree.check_invariants().unwrap();
+    assert!(tree.insert(3, 3), "writes work afterwards");
+}

@@ -175,6 +175,7 @@ impl<N: Linked, W> RawTree<N, W> {
         mut release: impl FnMut(&mut W, NonNull<N>),
     ) -> R {
         let s = &self.shared;
+        let _reentry = ReentryGuard::enter(self);
         let mut w = lock(&self.writer);
         let mut log = Vec::new();
         let mut started = false;
@@ -300,6 +301,50 @@ impl<N: Linked, W> RawTree<N, W> {
             ],
             less,
         )
+    }
+}
+
+/// Turns a write started from inside another write of the same tree on the
+/// same thread (a batch closure calling `insert`) into a clear panic instead
+/// of a self-deadlock on the writer lock.
+struct ReentryGuard {
+    #[cfg(not(loom))]
+    tree: usize,
+}
+
+#[cfg(not(loom))]
+std::thread_local! {
+    /// Addresses of the trees this thread is writing (rarely more than one).
+    static WRITING: core::cell::RefCell<Vec<usize>> = const { core::cell::RefCell::new(Vec::new()) };
+}
+
+impl ReentryGuard {
+    fn enter<N, W>(tree: &RawTree<N, W>) -> Self {
+        #[cfg(not(loom))]
+        {
+            let tree = ptr::from_ref(tree).addr();
+            WRITING.with_borrow_mut(|w| {
+                assert!(
+                    !w.contains(&tree),
+                    "latchtree: a write was started from inside a write of the same tree \
+                     (use the batch handle instead)"
+                );
+                w.push(tree);
+            });
+            ReentryGuard { tree }
+        }
+        #[cfg(loom)]
+        {
+            let _ = tree;
+            ReentryGuard {}
+        }
+    }
+}
+
+impl Drop for ReentryGuard {
+    fn drop(&mut self) {
+        #[cfg(not(loom))]
+        WRITING.with_borrow_mut(|w| w.retain(|&t| t != self.tree));
     }
 }
 
