@@ -39,6 +39,22 @@ impl ModuleId {
     pub fn get(self) -> u64 {
         self.0
     }
+
+    /// The id whose [`get`](ModuleId::get) is `n`: turns a number stored by
+    /// a signal handler (in an atomic or a ring buffer) back into an id. An
+    /// id that was never issued simply names no module.
+    ///
+    /// ```
+    /// use latchtree::{AddrIndex, ModuleId};
+    /// let index = AddrIndex::new();
+    /// let id = index.insert(0..10, "m").unwrap();
+    /// let stored: u64 = index.lookup(3).unwrap().id().get(); // e.g. in a handler
+    /// assert_eq!(ModuleId::from_raw(stored), id);
+    /// assert_eq!(index.get(ModuleId::from_raw(999), &latchtree::pin()), None);
+    /// ```
+    pub const fn from_raw(n: u64) -> ModuleId {
+        ModuleId(n)
+    }
 }
 
 impl fmt::Display for ModuleId {
@@ -114,6 +130,18 @@ impl<'g, T> Hit<'g, T> {
     /// The module that owns the range (see [`Hit::range`] for an example).
     pub fn id(&self) -> ModuleId {
         self.raw.id
+    }
+
+    /// `addr - range().start`: the address relative to its range.
+    ///
+    /// ```
+    /// let index = latchtree::AddrIndex::new();
+    /// index.insert(0x100..0x200, ()).unwrap();
+    /// let guard = latchtree::pin();
+    /// assert_eq!(index.module_address(0x110, &guard).unwrap().offset(0x110), 0x10);
+    /// ```
+    pub fn offset(&self, addr: u64) -> u64 {
+        self.raw.offset(addr)
     }
 
     /// The same hit without the borrow: what [`AddrIndex::lookup`] returns.

@@ -12,12 +12,15 @@
 //! * **It can never race on plain memory.** Every field a reader reads
 //!   (`start`, `end`, `id`, `module`, the links) is an atomic, so a reader
 //!   standing on a node that is being recycled reads garbage, not UB.
-//! * **It can never return garbage.** Fields are rewritten only while the
-//!   node is in neither copy, and only inside a write transaction, i.e. after
-//!   the latch's first flip (whose `Release` fence orders it before them). A
-//!   reader that read any rewritten value therefore fails its `seq` re-check
-//!   (case 2 in `raw::latch`) and retries; a reader that validates read only
-//!   values from the version it started in, in which the node was linked.
+//! * **It can never return garbage.** A node's fields are rewritten only
+//!   after it left both copies, i.e. after the flips of the transaction that
+//!   unlinked it, which precede the rewrite in the writer's program order. A
+//!   reader that could still stand on the node loaded `seq` before one of
+//!   those flips (a reader that loaded it later cannot reach the node), so if
+//!   it reads a rewritten value, that flip's `Release` fence synchronizes with
+//!   its `Acquire` fence and its re-check fails (case 2 in `raw::latch`). A
+//!   reader that validates read only values of the version it started in, in
+//!   which the node was linked with those very fields.
 //! * **It can never loop.** Torn shapes are cut off by the descent cap.
 //!
 //! The module value `T` is *not* in this storage: it lives in the index's
@@ -88,9 +91,8 @@ impl<M> Slab<M> {
 
     /// A node holding `start..end`, `id` and `module`, not in any copy.
     ///
-    /// Must be called inside a write transaction that has already flipped
-    /// the latch (see the module docs): the stores below may be read by
-    /// stale readers, which must then fail validation.
+    /// The stores below may be read by stale readers still standing on a
+    /// recycled node; they then fail validation (see the module docs).
     pub(crate) fn alloc(
         &mut self,
         start: u64,
@@ -104,8 +106,9 @@ impl<M> Slab<M> {
         let n = self.free.pop().expect("grow added nodes");
         // SAFETY: free-list nodes point into live chunks.
         let node = unsafe { n.as_ref() };
-        // Relaxed: ordered after the latch flip by its Release fence, and
-        // published to readers by the Release link store that links it.
+        // Relaxed: ordered after the flips that unlinked the node (their
+        // Release fences), and published to readers by the Release link
+        // store that links it again.
         node.start.store(start, Ordering::Relaxed);
         node.end.store(end, Ordering::Relaxed);
         node.id.store(id, Ordering::Relaxed);

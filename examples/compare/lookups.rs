@@ -1,0 +1,129 @@
+//! Single-threaded lookups: the same "which range contains this address"
+//! query against every structure, at several sizes and on the kernel's
+//! 84-module workload.
+
+use crate::measure::{Run, lookup_loop, round_robin};
+use crate::peers::{
+    Peers, btree_contains, latch_contains, scc_contains, skip_contains, vec_contains,
+};
+use crate::report::{Row, set_baseline};
+use crate::workload::Workload;
+use crate::{BTREEMAP, Config};
+
+/// Structure names of the lookup rows (also the chart's series).
+pub(crate) const SORTED_VEC: &str = "sorted Vec (partition_point)";
+pub(crate) const ADDR_LOOKUP: &str = "latchtree AddrIndex::lookup";
+pub(crate) const MODULE_HELD: &str = "latchtree module_address (held guard)";
+pub(crate) const MODULE_PIN: &str = "latchtree module_address (pin per call)";
+pub(crate) const UPPER_BOUND: &str = "latchtree LatchTree::upper_bound (held)";
+pub(crate) const STD_RW: &str = "std RwLock<BTreeMap>";
+pub(crate) const PL_RW: &str = "parking_lot RwLock<BTreeMap>";
+pub(crate) const ARC_SWAP: &str = "ArcSwap<BTreeMap>";
+pub(crate) const LEFT_RIGHT: &str = "left-right BTreeMap";
+pub(crate) const SKIPMAP: &str = "crossbeam SkipMap";
+pub(crate) const SCC: &str = "scc TreeIndex (keyed by end)";
+
+/// `scc::TreeIndex::range` positions its start approximately and falls back
+/// to a scan from the smallest key when the bound lies below a node's first
+/// separator, so a point query costs O(n) on many addresses (about 55 µs at
+/// n = 4096): it is only timed up to this size.
+const SCC_MAX_N: usize = 84;
+
+/// Every size, then the kernel case.
+pub(crate) fn run(cfg: &Config, rows: &mut Vec<Row>) {
+    for &n in &cfg.sizes {
+        let w = Workload::ranges(n, 0x6c6f_6f6b ^ n as u64);
+        one_case(cfg, rows, "lookup", format!("n={n}"), n, &w);
+    }
+    let w = Workload::kernel(0x6b65_726e);
+    one_case(cfg, rows, "kernel", "84 modules, 90% inside".into(), 84, &w);
+}
+
+fn one_case(
+    cfg: &Config,
+    rows: &mut Vec<Row>,
+    section: &'static str,
+    case: String,
+    n: usize,
+    w: &Workload,
+) {
+    let p = Peers::new(&w.ranges);
+    let guard = latchtree::pin();
+    let scc_guard = scc::ebr::Guard::new();
+    let q = &w.queries[..];
+    let (p, guard, scc_guard) = (&p, &guard, &scc_guard);
+    let mut contenders: Vec<(&'static str, Run<'_>)> = vec![
+        (
+            BTREEMAP,
+            Box::new(move |it| lookup_loop(q, it, |a| btree_contains(&p.map, a))),
+        ),
+        (
+            SORTED_VEC,
+            Box::new(move |it| lookup_loop(q, it, |a| vec_contains(&p.vec, a))),
+        ),
+        (
+            ADDR_LOOKUP,
+            Box::new(move |it| lookup_loop(q, it, |a| p.index.lookup(a).map(|h| h.range().start))),
+        ),
+        (
+            MODULE_HELD,
+            Box::new(move |it| {
+                lookup_loop(q, it, |a| {
+                    p.index.module_address(a, guard).map(|h| h.range().start)
+                })
+            }),
+        ),
+        (
+            MODULE_PIN,
+            Box::new(move |it| {
+                lookup_loop(q, it, |a| {
+                    let g = latchtree::pin();
+                    p.index.module_address(a, &g).map(|h| h.range().start)
+                })
+            }),
+        ),
+        (
+            UPPER_BOUND,
+            Box::new(move |it| lookup_loop(q, it, |a| latch_contains(&p.tree, a, guard))),
+        ),
+        (
+            STD_RW,
+            Box::new(move |it| {
+                lookup_loop(q, it, |a| {
+                    btree_contains(&p.std_rw.read().unwrap_or_else(|e| e.into_inner()), a)
+                })
+            }),
+        ),
+        (
+            PL_RW,
+            Box::new(move |it| lookup_loop(q, it, |a| btree_contains(&p.pl_rw.read(), a))),
+        ),
+        (
+            ARC_SWAP,
+            Box::new(move |it| lookup_loop(q, it, |a| btree_contains(&p.swap.load(), a))),
+        ),
+        (
+            LEFT_RIGHT,
+            Box::new(move |it| {
+                lookup_loop(q, it, |a| {
+                    btree_contains(&p.lr_read.enter().expect("writer alive"), a)
+                })
+            }),
+        ),
+        (
+            SKIPMAP,
+            Box::new(move |it| lookup_loop(q, it, |a| skip_contains(&p.skip, a))),
+        ),
+    ];
+    if n <= SCC_MAX_N {
+        contenders.push((
+            SCC,
+            Box::new(move |it| lookup_loop(q, it, |a| scc_contains(&p.scc, a, scc_guard))),
+        ));
+    }
+    let ns = round_robin(&mut contenders, cfg.iters, cfg.reps);
+    for ((name, _), ns) in contenders.iter().zip(ns) {
+        rows.push(Row::new(section, case.clone(), n, name, ns, "ns/op"));
+    }
+    set_baseline(rows, section, &case);
+}

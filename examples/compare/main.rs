@@ -1,0 +1,318 @@
+//! Compares `latchtree` with `BTreeMap` and the concurrent structures Rust
+//! programs use for "which range contains this address", hand-timed in one
+//! process, and prints one table of ns/op with the ratio to `BTreeMap`
+//! measured in the same run.
+//!
+//! Sections: single-threaded lookups at several sizes; the Linux kernel's
+//! `__module_address` workload (84 modules, 90% of addresses inside one);
+//! write costs; readers with and without a concurrent writer; memory per
+//! entry (counting global allocator). Results also go to `DIR/compare.csv`,
+//! `DIR/lookup.svg` and `DIR/readers.svg`.
+//!
+//! ```text
+//! cargo run --release --example compare -- [--quick] [--readers-max N] [--out DIR]
+//! ```
+//!
+//! * `--quick`: tiny sizes and durations (CI smoke mode, a few seconds).
+//! * `--readers-max N`: reader-scaling curve over 1..=N reader threads, with
+//!   and without a writer (default 2).
+//! * `--out DIR`: where the CSV and SVG files go (default `target/compare`).
+//!
+//! Single-threaded figures are medians of several round-robin repetitions of
+//! many lookups each; concurrent figures are medians of a few timed runs.
+//! Absolute times drift on shared machines: read the ratios.
+
+mod alloc_count;
+mod chart;
+mod concurrent;
+mod lookups;
+mod measure;
+mod memory;
+mod peers;
+mod report;
+mod workload;
+mod writes;
+
+use report::{Row, find};
+use std::error::Error;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+#[global_allocator]
+static ALLOC: alloc_count::Counting = alloc_count::Counting;
+
+/// The baseline's name in every section.
+pub(crate) const BTREEMAP: &str = "BTreeMap (unsynchronized)";
+/// The generic tree's name in the write and memory rows.
+pub(crate) const LATCHTREE: &str = "latchtree LatchTree";
+
+/// Sizes, repetitions and durations.
+pub(crate) struct Config {
+    pub(crate) sizes: Vec<usize>,
+    pub(crate) iters: usize,
+    pub(crate) reps: usize,
+    pub(crate) write_sizes: Vec<usize>,
+    pub(crate) readers_max: usize,
+    pub(crate) conc_dur: Duration,
+    pub(crate) conc_reps: usize,
+    pub(crate) memory_n: usize,
+}
+
+struct Args {
+    quick: bool,
+    readers_max: usize,
+    out: PathBuf,
+}
+
+fn usage() -> ! {
+    eprintln!("usage: compare [--quick] [--readers-max N] [--out DIR]");
+    std::process::exit(2)
+}
+
+fn parse_args() -> Args {
+    let mut args = Args {
+        quick: false,
+        readers_max: 2,
+        out: PathBuf::from("target/compare"),
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--quick" => args.quick = true,
+            "--readers-max" => {
+                args.readers_max = it
+                    .next()
+                    .and_then(|v| v.parse().ok())
+                    .filter(|&n| n >= 1)
+                    .unwrap_or_else(|| usage())
+            }
+            "--out" => args.out = it.next().map(PathBuf::from).unwrap_or_else(|| usage()),
+            "-h" | "--help" => usage(),
+            _ => {
+                eprintln!("unknown argument {a:?}");
+                usage()
+            }
+        }
+    }
+    args
+}
+
+/// `model name` from /proc/cpuinfo, if readable.
+fn cpu_model() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|m| m.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown CPU".into())
+}
+
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "?".into())
+}
+
+/// One line per target from the issues: the measured figure and whether it
+/// is met. Rows that were not measured in this mode are skipped.
+fn targets(rows: &[Row], readers_max: usize) -> Vec<String> {
+    use concurrent::{C_ADDR, C_LR, C_SKIP, C_TREE};
+    use lookups::{ADDR_LOOKUP, MODULE_HELD, UPPER_BOUND};
+    let mut out = Vec::new();
+    let mut ratio_target = |label: &str, row: Option<&Row>, max: f64| {
+        if let Some(x) = row.and_then(Row::ratio) {
+            let verdict = if x <= max { "met" } else { "MISSED" };
+            out.push(format!(
+                "{label:<66} {x:>6.2}x  (target <= {max}x)  {verdict}"
+            ));
+        }
+    };
+    let kernel = "84 modules, 90% inside";
+    ratio_target(
+        "kernel84 AddrIndex::lookup vs BTreeMap",
+        find(rows, "kernel", kernel, ADDR_LOOKUP),
+        1.0,
+    );
+    ratio_target(
+        "kernel84 module_address (held guard) vs BTreeMap",
+        find(rows, "kernel", kernel, MODULE_HELD),
+        1.2,
+    );
+    ratio_target(
+        "n=84 LatchTree::upper_bound (held guard) vs BTreeMap",
+        find(rows, "lookup", "n=84", UPPER_BOUND),
+        1.2,
+    );
+    for n in [84, 4096] {
+        ratio_target(
+            &format!("n={n} LatchTree insert+remove vs BTreeMap"),
+            find(rows, "write", &format!("insert+remove n={n}"), LATCHTREE),
+            3.0,
+        );
+    }
+    for name in [UPPER_BOUND, ADDR_LOOKUP] {
+        ratio_target(
+            &format!("n=262144 {name} vs BTreeMap"),
+            find(rows, "lookup", "n=262144", name),
+            2.0,
+        );
+    }
+    let conc = |case: &str, s: &str| find(rows, "readers", case, s);
+    let mut vs = |label: String,
+                  a: Option<&Row>,
+                  b: Option<&Row>,
+                  f: fn(&Row) -> Option<f64>,
+                  cmp: &str,
+                  t: f64| {
+        if let (Some(a), Some(b)) = (a.and_then(f), b.and_then(f)) {
+            let x = a / b;
+            let ok = if cmp == "<=" { x <= t } else { x >= t };
+            out.push(format!(
+                "{label:<66} {x:>6.2}x  (target {cmp} {t}x)  {}",
+                if ok { "met" } else { "MISSED" }
+            ));
+        }
+    };
+    let ns = |r: &Row| Some(r.value);
+    let wr = |r: &Row| r.writer_ops_s;
+    for s in [C_ADDR, C_TREE] {
+        if readers_max >= 2 {
+            vs(
+                format!("{s}: 2 readers / 1 reader, no writer"),
+                conc("2 readers, no writer", s),
+                conc("1 reader, no writer", s),
+                ns,
+                "<=",
+                1.1,
+            );
+        }
+        vs(
+            format!("{s}: reader with tight writer / without"),
+            conc("1 reader, tight writer", s),
+            conc("1 reader, no writer", s),
+            ns,
+            "<=",
+            2.0,
+        );
+    }
+    for (peer, short) in [(C_LR, "left-right"), (C_SKIP, "SkipMap")] {
+        vs(
+            format!("LatchTree writer ops/s / {short}'s (1 reader, tight)"),
+            conc("1 reader, tight writer", C_TREE),
+            conc("1 reader, tight writer", peer),
+            wr,
+            ">=",
+            2.0,
+        );
+    }
+    out
+}
+
+fn main() -> Result<(), Box<dyn Error>> {
+    let args = parse_args();
+    let cfg = if args.quick {
+        Config {
+            sizes: vec![16, 84, 4096],
+            iters: 1 << 13,
+            reps: 3,
+            write_sizes: vec![84],
+            readers_max: args.readers_max,
+            conc_dur: Duration::from_millis(20),
+            conc_reps: 1,
+            memory_n: 10_000,
+        }
+    } else {
+        Config {
+            sizes: vec![16, 84, 4096, 262_144, 1 << 20],
+            iters: 1 << 17,
+            reps: 7,
+            write_sizes: vec![84, 4096],
+            readers_max: args.readers_max,
+            conc_dur: Duration::from_millis(150),
+            conc_reps: 3,
+            memory_n: 100_000,
+        }
+    };
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let started = Instant::now();
+    println!(
+        "latchtree comparison{}",
+        if args.quick {
+            " (--quick: smoke sizes, numbers are rough)"
+        } else {
+            ""
+        }
+    );
+    println!(
+        "machine: {cores} cores, {}; load average at start {}",
+        cpu_model(),
+        load_average()
+    );
+    println!(
+        "lookups: median of {} round-robin reps x {} lookups; concurrent: median of {} x {} ms runs",
+        cfg.reps,
+        cfg.iters,
+        cfg.conc_reps,
+        cfg.conc_dur.as_millis()
+    );
+    if cfg.readers_max + 1 > cores {
+        println!(
+            "note: {} readers + 1 writer exceed {cores} cores: those rows are oversubscribed",
+            cfg.readers_max
+        );
+    }
+
+    let mut rows = Vec::new();
+    let mut spent = Vec::new();
+    let sections: [(&str, fn(&Config, &mut Vec<Row>)); 4] = [
+        ("lookups", lookups::run),
+        ("writes", writes::run),
+        ("readers", concurrent::run),
+        ("memory", memory::run),
+    ];
+    for (name, section) in sections {
+        let t = Instant::now();
+        section(&cfg, &mut rows);
+        spent.push(format!("{name} {:.1} s", t.elapsed().as_secs_f64()));
+    }
+
+    println!();
+    print!("{}", report::table(&rows));
+    println!();
+    println!(
+        "vs BTree: ratio to BTreeMap in the same case (readers rows: to single-threaded BTreeMap on kernel84)"
+    );
+    println!("writer: updates/s completed by the writer thread (one insert or one remove each)");
+    println!();
+    println!("targets (issues \"core\" and \"benchmarks\"):");
+    for t in targets(&rows, cfg.readers_max) {
+        println!("  {t}");
+    }
+
+    std::fs::create_dir_all(&args.out)?;
+    let csv = args.out.join("compare.csv");
+    report::write_csv(&rows, &csv)?;
+    let title = format!("{cores} cores, {}", cpu_model());
+    chart::lookup_chart(
+        &rows,
+        &args.out.join("lookup.svg"),
+        &format!("lookup ns/op vs n ({title})"),
+    )?;
+    chart::readers_chart(
+        &rows,
+        &args.out.join("readers.svg"),
+        &format!("kernel84 readers ({title})"),
+    )?;
+    println!();
+    println!(
+        "wrote {} (+ lookup.svg, readers.svg) in {:.1} s ({}); load average now {}",
+        csv.display(),
+        started.elapsed().as_secs_f64(),
+        spent.join(", "),
+        load_average()
+    );
+    Ok(())
+}

@@ -1,0 +1,219 @@
+//! Hand timing: medians of round-robin repetitions (single thread), and
+//! timed reader/writer runs (several threads).
+
+use std::hint::black_box;
+use std::sync::Barrier;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+/// One contender of a single-threaded measurement: runs `iters` operations
+/// and returns a checksum of their results.
+pub(crate) type Run<'a> = Box<dyn FnMut(usize) -> u64 + 'a>;
+
+/// `iters` lookups of addresses taken cyclically from `queries` (a power of
+/// two long); the checksum folds in every answer, so none can be skipped.
+#[inline(always)]
+pub(crate) fn lookup_loop(
+    queries: &[u64],
+    iters: usize,
+    mut f: impl FnMut(u64) -> Option<u64>,
+) -> u64 {
+    debug_assert!(queries.len().is_power_of_two());
+    let mask = queries.len() - 1;
+    let mut acc = 0u64;
+    for i in 0..iters {
+        if let Some(s) = f(black_box(queries[i & mask])) {
+            acc = acc.wrapping_add(s ^ i as u64);
+        }
+    }
+    acc
+}
+
+/// The median of `xs` (not empty).
+pub(crate) fn median(xs: &mut [f64]) -> f64 {
+    xs.sort_by(f64::total_cmp);
+    let m = xs.len() / 2;
+    if xs.len() % 2 == 1 {
+        xs[m]
+    } else {
+        (xs[m - 1] + xs[m]) / 2.0
+    }
+}
+
+/// Runs every contender once untimed, then `reps` rounds in which each runs
+/// `iters` operations, timed; returns each one's median ns per operation.
+/// Every contender must return the same checksum as the first one (they
+/// answer the same queries), otherwise this panics naming the culprit.
+pub(crate) fn round_robin(
+    contenders: &mut [(&'static str, Run<'_>)],
+    iters: usize,
+    reps: usize,
+) -> Vec<f64> {
+    let want = (contenders[0].1)(iters);
+    for (name, run) in contenders.iter_mut() {
+        let got = run(iters);
+        assert_eq!(
+            got, want,
+            "{name} disagrees with {} on the same queries",
+            "the baseline"
+        );
+    }
+    let mut samples = vec![Vec::with_capacity(reps); contenders.len()];
+    for _ in 0..reps {
+        for (i, (_, run)) in contenders.iter_mut().enumerate() {
+            let t = Instant::now();
+            black_box(run(iters));
+            samples[i].push(t.elapsed().as_nanos() as f64 / iters as f64);
+        }
+    }
+    samples.iter_mut().map(|s| median(s)).collect()
+}
+
+/// How the writer thread of a concurrent run behaves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum WriterMode {
+    /// No writer thread.
+    None,
+    /// Updates back to back.
+    Tight,
+    /// This many updates per second, evenly spread (sleeping in between).
+    Paced(u64),
+}
+
+impl WriterMode {
+    pub(crate) fn label(self) -> String {
+        match self {
+            WriterMode::None => "no writer".into(),
+            WriterMode::Tight => "tight writer".into(),
+            WriterMode::Paced(r) => format!("writer {r}/s"),
+        }
+    }
+}
+
+/// What a concurrent run measured.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ConcResult {
+    /// Wall-clock ns per lookup, averaged over the reader threads.
+    pub(crate) reader_ns: f64,
+    /// Thread CPU ns per lookup (excludes time descheduled or parked).
+    pub(crate) reader_cpu_ns: f64,
+    /// Updates per second the writer completed (0 without a writer).
+    pub(crate) writer_ops_s: f64,
+}
+
+/// CPU time consumed by the calling thread.
+fn thread_cpu() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec and the clock id is one
+    // Linux supports; clock_gettime writes nothing else.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    assert_eq!(rc, 0, "clock_gettime(CLOCK_THREAD_CPUTIME_ID)");
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+/// Runs `readers` reader threads (each built by `make_reader` on its own
+/// thread, looking up `queries` cyclically from its own offset) and, unless
+/// `mode` is `None`, one writer thread calling `write(i)` for `i = 0, 1, ..`
+/// for `dur`.
+pub(crate) fn concurrent<MR, R, W>(
+    readers: usize,
+    mode: WriterMode,
+    dur: Duration,
+    queries: &[u64],
+    make_reader: MR,
+    mut write: W,
+) -> ConcResult
+where
+    MR: Fn() -> R + Sync,
+    R: FnMut(u64) -> Option<u64>,
+    W: FnMut(usize) + Send,
+{
+    let has_writer = mode != WriterMode::None;
+    let barrier = Barrier::new(readers + 1 + usize::from(has_writer));
+    let stop = AtomicBool::new(false);
+    let (barrier, stop, make_reader) = (&barrier, &stop, &make_reader);
+    let mask = queries.len() - 1;
+    std::thread::scope(|s| {
+        let reader_threads: Vec<_> = (0..readers)
+            .map(|t| {
+                s.spawn(move || {
+                    let mut f = make_reader();
+                    let mut i = t * 4099;
+                    let mut ops = 0u64;
+                    let mut acc = 0u64;
+                    barrier.wait();
+                    let (t0, c0) = (Instant::now(), thread_cpu());
+                    while !stop.load(Ordering::Relaxed) {
+                        for _ in 0..256 {
+                            if let Some(x) = f(black_box(queries[i & mask])) {
+                                acc = acc.wrapping_add(x);
+                            }
+                            i += 1;
+                        }
+                        ops += 256;
+                    }
+                    let (wall, cpu) = (t0.elapsed(), thread_cpu() - c0);
+                    black_box(acc);
+                    (
+                        wall.as_nanos() as f64 / ops as f64,
+                        cpu.as_nanos() as f64 / ops as f64,
+                    )
+                })
+            })
+            .collect();
+        // Not `has_writer.then(..)`: without a writer, `write` must stay
+        // alive until the readers are done (left-right's write handle).
+        let writer_thread = if has_writer {
+            Some(s.spawn(move || {
+                let mut done = 0usize;
+                barrier.wait();
+                let t0 = Instant::now();
+                match mode {
+                    WriterMode::Tight => {
+                        while !stop.load(Ordering::Relaxed) {
+                            write(done);
+                            done += 1;
+                        }
+                    }
+                    WriterMode::Paced(per_s) => {
+                        while !stop.load(Ordering::Relaxed) {
+                            let due = (t0.elapsed().as_nanos() * u128::from(per_s) / 1_000_000_000)
+                                as usize;
+                            while done < due {
+                                write(done);
+                                done += 1;
+                            }
+                            std::thread::sleep(Duration::from_micros(50));
+                        }
+                    }
+                    WriterMode::None => unreachable!(),
+                }
+                // Hand `write` back: it may own what readers read
+                // (left-right's write handle), so it is dropped only after
+                // every reader has stopped.
+                (done as f64 / t0.elapsed().as_secs_f64(), write)
+            }))
+        } else {
+            None
+        };
+        barrier.wait();
+        std::thread::sleep(dur);
+        stop.store(true, Ordering::Relaxed);
+        let per_reader: Vec<(f64, f64)> = reader_threads
+            .into_iter()
+            .map(|h| h.join().expect("reader panicked"))
+            .collect();
+        let writer = writer_thread.map(|h| h.join().expect("writer panicked"));
+        let writer_ops_s = writer.as_ref().map_or(0.0, |w| w.0);
+        drop(writer);
+        let k = per_reader.len() as f64;
+        ConcResult {
+            reader_ns: per_reader.iter().map(|r| r.0).sum::<f64>() / k,
+            reader_cpu_ns: per_reader.iter().map(|r| r.1).sum::<f64>() / k,
+            writer_ops_s,
+        }
+    })
+}

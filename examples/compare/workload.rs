@@ -1,0 +1,94 @@
+//! Deterministic workloads: disjoint address ranges and query addresses.
+
+/// A small deterministic generator (SplitMix64); no `rand` dependency.
+pub(crate) struct SplitMix64(pub(crate) u64);
+
+impl SplitMix64 {
+    pub(crate) fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    pub(crate) fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// Length of every query array (a power of two, walked cyclically).
+pub(crate) const QUERIES: usize = 1 << 16;
+
+/// A set of disjoint ranges `(start, end)` in address order, and addresses to
+/// look up in them.
+pub(crate) struct Workload {
+    pub(crate) ranges: Vec<(u64, u64)>,
+    pub(crate) queries: Vec<u64>,
+}
+
+impl Workload {
+    /// `n` ranges with gaps and lengths of 1..=2^20 bytes above 2^40; 90% of
+    /// the queries inside a random range, 10% just past one (in a gap, or
+    /// occasionally in the next range).
+    pub(crate) fn ranges(n: usize, seed: u64) -> Self {
+        let mut rng = SplitMix64(seed);
+        let mut ranges = Vec::with_capacity(n);
+        let mut at = 1u64 << 40;
+        for _ in 0..n {
+            at += 1 + rng.below(1 << 20);
+            let len = 1 + rng.below(1 << 20);
+            ranges.push((at, at + len));
+            at += len;
+        }
+        let queries = (0..QUERIES)
+            .map(|_| {
+                let (s, e) = ranges[rng.below(n as u64) as usize];
+                if rng.below(10) < 9 {
+                    s + rng.below(e - s)
+                } else {
+                    e + rng.below(1 << 20)
+                }
+            })
+            .collect();
+        Workload { ranges, queries }
+    }
+
+    /// The Linux kernel's `__module_address` workload: 84 modules of
+    /// 16 KiB..1 MiB with 4..256 KiB gaps; 90% of the addresses inside a
+    /// module, 5% in a gap between modules, 5% in core kernel text below all
+    /// modules (the bounds fast path).
+    pub(crate) fn kernel(seed: u64) -> Self {
+        const MODULES: usize = 84;
+        let mut rng = SplitMix64(seed);
+        let mut ranges = Vec::with_capacity(MODULES);
+        let mut at = 0xffff_ffff_c000_0000_u64;
+        for _ in 0..MODULES {
+            at += 0x1000 * (1 + rng.below(64));
+            let len = 0x4000 + 0x1000 * rng.below(252);
+            ranges.push((at, at + len));
+            at += len;
+        }
+        let queries = (0..QUERIES)
+            .map(|_| {
+                let r = rng.below(100);
+                if r < 90 {
+                    let (s, e) = ranges[rng.below(MODULES as u64) as usize];
+                    s + rng.below(e - s)
+                } else if r < 95 {
+                    let (s, _) = ranges[rng.below(MODULES as u64) as usize];
+                    s - 1 - rng.below(0x1000)
+                } else {
+                    0xffff_ffff_8000_0000 + rng.below(1 << 24)
+                }
+            })
+            .collect();
+        Workload { ranges, queries }
+    }
+
+    /// Keys that are never a range start, one per range (its end; gaps are
+    /// at least one byte), each usable as a fresh one-byte range `[e, e+1)`.
+    pub(crate) fn fresh_keys(&self) -> Vec<u64> {
+        self.ranges.iter().map(|&(_, e)| e).collect()
+    }
+}
