@@ -134,7 +134,13 @@ impl<K, V> LatchTree<K, V> {
     }
 
     /// An empty tree whose readers pin `collector` instead of the default
-    /// one. Guards must then come from a handle of that collector.
+    /// one. Guards must then come from a handle of that collector. Methods
+    /// that pin internally (`contains_key`, `to_vec`, writes, [`pin`]) then
+    /// register a fresh participant each time, which allocates: on hot paths
+    /// keep a [`LocalHandle`](crate::LocalHandle) of the collector and pass
+    /// its guards.
+    ///
+    /// [`pin`]: LatchTree::pin
     ///
     /// ```
     /// use latchtree::{Collector, LatchTree};

@@ -67,7 +67,9 @@ impl Reclaimer {
         }
     }
 
-    /// Pins the tree's collector.
+    /// Pins the tree's collector. For an own collector this registers a
+    /// fresh participant each time (an allocation): callers on a hot path
+    /// should pin their own `LocalHandle` of that collector instead.
     pub(crate) fn pin(&self) -> Guard {
         match &self.collector {
             None => crossbeam_epoch::pin(),

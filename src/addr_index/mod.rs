@@ -13,6 +13,7 @@ use core::ops::Range;
 use core::ptr;
 use crossbeam_epoch::Guard;
 use slab::{RangeNode, Slab};
+use std::collections::BTreeMap;
 
 /// A module's identity within one [`AddrIndex`]. Ids are never reused, so an
 /// `(id, offset)` pair recorded in a signal handler names the same module
@@ -107,11 +108,19 @@ impl RawHit {
 
 /// The result of [`AddrIndex::module_address`]: the range, the module id and
 /// the module's value, borrowed for as long as the guard lives.
-#[derive(Clone, Copy, Debug)]
+#[derive(Debug)]
 pub struct Hit<'g, T> {
     raw: RawHit,
     value: &'g T,
 }
+
+// Manual impls: a derive would require `T: Clone`.
+impl<T> Clone for Hit<'_, T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T> Copy for Hit<'_, T> {}
 
 impl<'g, T> Hit<'g, T> {
     /// The registered range that contains the address.
@@ -167,6 +176,10 @@ impl<'g, T> Hit<'g, T> {
 struct Writer<T> {
     slab: Slab<Module<T>>,
     next_id: u64,
+    /// The ranges of every registered module, by id: the writer's own
+    /// record, so that a `remove` decides under the lock, once, whether the
+    /// id is live (two racing removes of one id cannot both act).
+    live: BTreeMap<u64, Box<[Range<u64>]>>,
 }
 
 /// An address-range index: non-overlapping `[start, end)` ranges of `u64`
@@ -232,6 +245,7 @@ impl<T> AddrIndex<T> {
                 ranges: RawTree::new(Writer {
                     slab: Slab::new(),
                     next_id: 1,
+                    live: BTreeMap::new(),
                 }),
                 bounds: [
                     [AtomicU64::new(u64::MAX), AtomicU64::new(0)],
@@ -573,6 +587,7 @@ impl<T: Send + Sync + 'static> AddrIndex<T> {
                 let id = ModuleId(writer.next_id);
                 writer.next_id += 1;
                 let boxed_ranges = ranges.clone().into_boxed_slice();
+                writer.live.insert(id.0, boxed_ranges.clone());
                 self.modules.insert(
                     id,
                     Module {
@@ -584,7 +599,13 @@ impl<T: Send + Sync + 'static> AddrIndex<T> {
                 let module = self
                     .modules
                     .get(&id, &guard)
-                    .map_or(ptr::null_mut(), |m| ptr::from_ref(m).cast_mut());
+                    .map(|m| ptr::from_ref(m).cast_mut())
+                    .expect("the record was inserted just above, under the writer lock");
+                // Flip the latch before recycling any node: the stores in
+                // `alloc` must be sequenced after a flip of this thread, so
+                // that a stale reader on a recycled node fails validation
+                // (slab.rs).
+                txn.begin();
                 for r in &ranges {
                     let slot = txn.find(|n| {
                         Some(if r.start < n.start.load(Ordering::Relaxed) {
@@ -619,8 +640,8 @@ impl<T: Send + Sync + 'static> AddrIndex<T> {
     /// ```
     pub fn remove(&self, id: ModuleId) -> bool {
         let removed = self.ranges.write(
-            |txn, _| {
-                let Some(ranges) = self.ranges_of(id) else {
+            |txn, writer| {
+                let Some(ranges) = writer.live.remove(&id.0) else {
                     return false;
                 };
                 for r in ranges {
@@ -632,13 +653,11 @@ impl<T: Send + Sync + 'static> AddrIndex<T> {
                             Some(if r.start < s { Dir::Left } else { Dir::Right })
                         }
                     });
-                    match slot {
-                        // SAFETY: `node` came from `find` just now.
-                        Slot::Occupied(node) => unsafe { txn.erase(node) },
-                        // A concurrent `remove(id)` took the ranges out and
-                        // has not yet dropped the record: it reports `true`.
-                        Slot::Vacant { .. } => return false,
-                    }
+                    let Slot::Occupied(node) = slot else {
+                        unreachable!("a live module's range is indexed")
+                    };
+                    // SAFETY: `node` came from `find` just now.
+                    unsafe { txn.erase(node) };
                 }
                 true
             },
@@ -646,7 +665,8 @@ impl<T: Send + Sync + 'static> AddrIndex<T> {
             |writer, node| writer.slab.recycle(node),
         );
         // After the commit: the ranges are out of both copies, so retiring
-        // the record now cannot free it under a reader that validated.
+        // the record now cannot free it under a reader that validated. Only
+        // the remove that took `id` out of `live` gets here.
         removed && self.modules.remove(&id)
     }
 

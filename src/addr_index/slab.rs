@@ -13,14 +13,17 @@
 //!   (`start`, `end`, `id`, `module`, the links) is an atomic, so a reader
 //!   standing on a node that is being recycled reads garbage, not UB.
 //! * **It can never return garbage.** A node's fields are rewritten only
-//!   after it left both copies, i.e. after the flips of the transaction that
-//!   unlinked it, which precede the rewrite in the writer's program order. A
-//!   reader that could still stand on the node loaded `seq` before one of
-//!   those flips (a reader that loaded it later cannot reach the node), so if
-//!   it reads a rewritten value, that flip's `Release` fence synchronizes with
-//!   its `Acquire` fence and its re-check fails (case 2 in `raw::latch`). A
-//!   reader that validates read only values of the version it started in, in
-//!   which the node was linked with those very fields.
+//!   after it left both copies, and only by a transaction that has already
+//!   flipped the latch on the rewriting thread (`Txn::begin`), so a flip's
+//!   `Release` fence is *sequenced before* every rewrite store. A reader that
+//!   could still stand on the node loaded `seq` before that flip (a reader
+//!   that loaded it later cannot reach the node), so if it reads a rewritten
+//!   value, the fence synchronizes with its `Acquire` fence and its re-check
+//!   fails (case 2 in `raw::latch`). (A flip by an earlier writer on another
+//!   thread would not do: fence synchronization needs the fence sequenced
+//!   before the store the reader reads.) A reader that validates read only
+//!   values of the version it started in, in which the node was linked with
+//!   those very fields.
 //! * **It can never loop.** Torn shapes are cut off by the descent cap.
 //!
 //! The module value `T` is *not* in this storage: it lives in the index's
@@ -91,8 +94,10 @@ impl<M> Slab<M> {
 
     /// A node holding `start..end`, `id` and `module`, not in any copy.
     ///
-    /// The stores below may be read by stale readers still standing on a
-    /// recycled node; they then fail validation (see the module docs).
+    /// Call only inside a transaction that has flipped the latch on this
+    /// thread (`Txn::begin`): the stores below may be read by stale readers
+    /// still standing on a recycled node, which must then fail validation
+    /// (see the module docs).
     pub(crate) fn alloc(
         &mut self,
         start: u64,
@@ -106,9 +111,9 @@ impl<M> Slab<M> {
         let n = self.free.pop().expect("grow added nodes");
         // SAFETY: free-list nodes point into live chunks.
         let node = unsafe { n.as_ref() };
-        // Relaxed: ordered after the flips that unlinked the node (their
-        // Release fences), and published to readers by the Release link
-        // store that links it again.
+        // Relaxed: sequenced after this transaction's first flip (its
+        // Release fence, see the module docs), and published to readers by
+        // the Release link store that links the node again.
         node.start.store(start, Ordering::Relaxed);
         node.end.store(end, Ordering::Relaxed);
         node.id.store(id, Ordering::Relaxed);

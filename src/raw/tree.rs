@@ -323,14 +323,23 @@ impl ReentryGuard {
         #[cfg(not(loom))]
         {
             let tree = ptr::from_ref(tree).addr();
-            WRITING.with_borrow_mut(|w| {
-                assert!(
-                    !w.contains(&tree),
-                    "latchtree: a write was started from inside a write of the same tree \
-                     (use the batch handle instead)"
-                );
-                w.push(tree);
-            });
+            // `try_with`: during thread-local destruction (a write from
+            // another thread-local's destructor) the check is skipped.
+            let reentered = WRITING
+                .try_with(|w| {
+                    let mut w = w.borrow_mut();
+                    let reentered = w.contains(&tree);
+                    if !reentered {
+                        w.push(tree);
+                    }
+                    reentered
+                })
+                .unwrap_or(false);
+            assert!(
+                !reentered,
+                "latchtree: a write was started from inside a write of the same tree \
+                 (use the batch handle instead)"
+            );
             ReentryGuard { tree }
         }
         #[cfg(loom)]
@@ -344,7 +353,7 @@ impl ReentryGuard {
 impl Drop for ReentryGuard {
     fn drop(&mut self) {
         #[cfg(not(loom))]
-        WRITING.with_borrow_mut(|w| w.retain(|&t| t != self.tree));
+        let _ = WRITING.try_with(|w| w.borrow_mut().retain(|&t| t != self.tree));
     }
 }
 
@@ -383,6 +392,12 @@ impl<'t, N: Linked> Txn<'t, N> {
             self.shared.latch.flip();
             *self.started = true;
         }
+    }
+
+    /// Flips `seq` to odd now, before any change (idempotent). A front-end
+    /// calls it before rewriting recycled memory that stale readers may read.
+    pub(crate) fn begin(&mut self) {
+        self.start();
     }
 
     /// Searches copy 0 (the version being built): `step` says where to go
