@@ -556,6 +556,10 @@ impl<T: Send + Sync + 'static> AddrIndex<T> {
                 return Err(AddrIndexError::SelfOverlap(w[0].clone(), w[1].clone()));
             }
         }
+        // Pin before taking the writer lock: crossbeam runs deferred
+        // destructors only on a thread's outermost pin, so none (a module
+        // value's `Drop` that writes to this index, say) runs under the lock.
+        let guard = self.modules.pin();
         self.ranges.write(
             |txn, writer| {
                 // Validate against the registered ranges before changing
@@ -595,7 +599,6 @@ impl<T: Send + Sync + 'static> AddrIndex<T> {
                         ranges: boxed_ranges,
                     },
                 );
-                let guard = self.modules.pin();
                 let module = self
                     .modules
                     .get(&id, &guard)
