@@ -14,7 +14,7 @@ use crossbeam_epoch::{Collector, Guard};
 /// One entry. Copy 0's links (the copy readers use while no write runs) sit
 /// right before the key, so that a descent step touches one small span of
 /// the node; copy 1's links and the value follow.
-#[repr(C)]
+#[repr(C, align(32))]
 struct Node<K, V> {
     hot: Links<Node<K, V>>,
     key: K,
@@ -247,15 +247,18 @@ impl<K: Ord, V> LatchTree<K, V> {
         Q: Ord + ?Sized,
     {
         self.read(guard, |view| {
-            let mut found = None;
+            // Branch-free descent to a leaf, keeping the last node whose key
+            // is <= `key`; equality is tested once, at the bottom.
+            let mut cand: Option<&'g Node<K, V>> = None;
             view.descend(|n| {
-                let d = toward(key, n);
-                if d.is_none() {
-                    found = Some((&n.key, &n.value));
-                }
-                d
+                let right = key.cmp(n.key.borrow()) != Ordering::Less;
+                cand = if right { Some(n) } else { cand };
+                Some(Dir::toward(right))
             })?;
-            Some(found)
+            Some(
+                cand.filter(|n| key.cmp(n.key.borrow()) == Ordering::Equal)
+                    .map(|n| (&n.key, &n.value)),
+            )
         })
     }
 
@@ -355,30 +358,30 @@ impl<K: Ord, V> LatchTree<K, V> {
         K: Borrow<Q>,
         Q: Ord + ?Sized,
     {
-        // The side of the bound we want: for upper_bound, keys that compare
-        // Less (or Equal when Included) are candidates.
-        let (want, away) = match toward_end {
-            Dir::Right => (Ordering::Less, Dir::Left),
-            Dir::Left => (Ordering::Greater, Dir::Right),
-        };
+        // Branch-free descent to a leaf, keeping the last node on the wanted
+        // side of the bound: for `upper_bound` (toward_end == Right) keys
+        // below the bound (or equal, when Included), and the mirror image.
+        let away = toward_end.flip();
         self.read(guard, |view| {
-            let mut best = None;
+            let mut best: Option<&'g Node<K, V>> = None;
             view.descend(|n| {
-                let ord = match bound {
-                    Bound::Unbounded => want,
-                    Bound::Included(q) | Bound::Excluded(q) => n.key.borrow().cmp(q),
-                };
-                if ord == want || (ord == Ordering::Equal && matches!(bound, Bound::Included(_))) {
-                    best = Some((&n.key, &n.value));
-                    if ord == Ordering::Equal {
-                        return None;
+                let ok = match bound {
+                    Bound::Unbounded => true,
+                    Bound::Included(q) => {
+                        let ord = n.key.borrow().cmp(q);
+                        ord == Ordering::Equal
+                            || (ord == Ordering::Less) == (toward_end == Dir::Right)
                     }
-                    Some(toward_end)
-                } else {
-                    Some(away)
-                }
+                    Bound::Excluded(q) => {
+                        let ord = n.key.borrow().cmp(q);
+                        ord != Ordering::Equal
+                            && (ord == Ordering::Less) == (toward_end == Dir::Right)
+                    }
+                };
+                best = if ok { Some(n) } else { best };
+                Some(if ok { toward_end } else { away })
             })?;
-            Some(best)
+            Some(best.map(|n| (&n.key, &n.value)))
         })
     }
 

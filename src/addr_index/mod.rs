@@ -282,29 +282,30 @@ impl<T> AddrIndex<T> {
         if addr < b[0].load(Ordering::Relaxed) || addr >= b[1].load(Ordering::Relaxed) {
             return Some(None);
         }
-        let mut hit = None;
+        // Branch-free descent to a leaf, keeping the last node that starts
+        // at or below `addr`: the only range that can contain it.
+        let mut cand = None;
         view.descend(|n| {
             // Relaxed: `n` was reached through an Acquire link load; torn
             // values are caught by the latch re-check.
-            let start = n.start.load(Ordering::Relaxed);
-            if addr < start {
-                return Some(Dir::Left);
-            }
-            let end = n.end.load(Ordering::Relaxed);
-            if addr >= end {
-                return Some(Dir::Right);
-            }
-            hit = Some((
-                RawHit {
-                    start,
-                    end,
-                    id: ModuleId(n.id.load(Ordering::Relaxed)),
-                },
-                n.module.load(Ordering::Relaxed),
-            ));
-            None
+            let right = addr >= n.start.load(Ordering::Relaxed);
+            cand = if right { Some(n) } else { cand };
+            Some(Dir::toward(right))
         })?;
-        Some(hit)
+        // Read the candidate's fields before validation, like every field.
+        Some(cand.and_then(|n| {
+            let end = n.end.load(Ordering::Relaxed);
+            (addr < end).then(|| {
+                (
+                    RawHit {
+                        start: n.start.load(Ordering::Relaxed),
+                        end,
+                        id: ModuleId(n.id.load(Ordering::Relaxed)),
+                    },
+                    n.module.load(Ordering::Relaxed),
+                )
+            })
+        }))
     }
 
     /// The range containing `addr` and its module id, by value.

@@ -27,11 +27,18 @@ pub(crate) unsafe trait Linked: Sized {
 /// A child direction. `Left` holds smaller keys.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Dir {
-    Left,
-    Right,
+    Left = 0,
+    Right = 1,
 }
 
 impl Dir {
+    /// `Right` if `right`, else `Left`, without a branch: readers descend
+    /// with data-dependent selects instead of unpredictable branches.
+    #[inline(always)]
+    pub(crate) fn toward(right: bool) -> Dir {
+        [Dir::Left, Dir::Right][usize::from(right)]
+    }
+
     pub(crate) fn flip(self) -> Dir {
         match self {
             Dir::Left => Dir::Right,
@@ -45,8 +52,8 @@ const BLACK: usize = 1;
 
 /// One copy's links of one node.
 pub(crate) struct Links<N> {
-    left: AtomicPtr<N>,
-    right: AtomicPtr<N>,
+    /// `[left, right]`, indexed by `Dir`.
+    kids: [AtomicPtr<N>; 2],
     /// Parent pointer with the colour in its low bit (nodes are at least
     /// 8-aligned, so the bit is free). Writer-only.
     parent_color: AtomicPtr<N>,
@@ -63,8 +70,7 @@ impl<N> Links<N> {
         /// Unlinked, red, no parent.
         pub(crate) fn new() -> Self {
             Links {
-                left: AtomicPtr::new(ptr::null_mut()),
-                right: AtomicPtr::new(ptr::null_mut()),
+                kids: [AtomicPtr::new(ptr::null_mut()), AtomicPtr::new(ptr::null_mut())],
                 parent_color: AtomicPtr::new(ptr::null_mut()),
             }
         }
@@ -75,20 +81,13 @@ impl<N> Links<N> {
     /// its key and value (or its atomic bounds) visible.
     #[inline(always)]
     pub(crate) fn load_child(&self, dir: Dir) -> *mut N {
-        match dir {
-            Dir::Left => self.left.load(Ordering::Acquire),
-            Dir::Right => self.right.load(Ordering::Acquire),
-        }
+        self.kids[dir as usize].load(Ordering::Acquire)
     }
 
     /// Writer store of a child link; `Release`, see [`Links::load_child`].
     #[inline]
     pub(crate) fn set_child(&self, dir: Dir, child: *mut N) {
-        let order = link_store_order();
-        match dir {
-            Dir::Left => self.left.store(child, order),
-            Dir::Right => self.right.store(child, order),
-        }
+        self.kids[dir as usize].store(child, link_store_order());
     }
 
     /// Writer-only: the parent.
@@ -128,8 +127,8 @@ impl<N> Links<N> {
     /// Writer-only: copy every link of `other` into `self` (the copies'
     /// child links are published with `Release`).
     pub(crate) fn copy_from(&self, other: &Links<N>) {
-        self.set_child(Dir::Left, other.left.load(Ordering::Relaxed));
-        self.set_child(Dir::Right, other.right.load(Ordering::Relaxed));
+        self.set_child(Dir::Left, other.kids[0].load(Ordering::Relaxed));
+        self.set_child(Dir::Right, other.kids[1].load(Ordering::Relaxed));
         self.parent_color.store(
             other.parent_color.load(Ordering::Relaxed),
             Ordering::Relaxed,

@@ -44,7 +44,19 @@ struct Shared<N> {
 /// front-end's writer state `W` under the writer lock.
 pub(crate) struct RawTree<N, W> {
     shared: Shared<N>,
-    writer: Mutex<W>,
+    writer: Mutex<Locked<N, W>>,
+    /// The thread holding `writer` (see [`this_thread`]), 0 when free: turns
+    /// a write started from inside a write of the same tree on the same
+    /// thread (a batch closure calling `insert`) into a clear panic instead
+    /// of a self-deadlock.
+    owner: AtomicUsize,
+}
+
+/// What the writer lock protects: the front-end's state and the log buffer,
+/// reused from one transaction to the next.
+struct Locked<N, W> {
+    state: W,
+    log: Vec<Op<N>>,
 }
 
 impl<N, W> core::fmt::Debug for RawTree<N, W> {
@@ -120,7 +132,11 @@ impl<N: Linked, W> RawTree<N, W> {
                     ],
                     lens: [AtomicUsize::new(0), AtomicUsize::new(0)],
                 },
-                writer: Mutex::new(writer),
+                writer: Mutex::new(Locked {
+                    state: writer,
+                    log: Vec::new(),
+                }),
+                owner: AtomicUsize::new(0),
             }
         }
     }
@@ -175,17 +191,32 @@ impl<N: Linked, W> RawTree<N, W> {
         mut release: impl FnMut(&mut W, NonNull<N>),
     ) -> R {
         let s = &self.shared;
-        let _reentry = ReentryGuard::enter(self);
-        let mut w = lock(&self.writer);
-        let mut log = Vec::new();
+        let me = this_thread();
+        // Relaxed: only this thread ever stores `me`, so this load sees it
+        // exactly when this thread holds the lock (coherence).
+        assert!(
+            me == 0 || self.owner.load(Ordering::Relaxed) != me,
+            "latchtree: a write was started from inside a write of the same tree \
+             (use the batch handle instead)"
+        );
+        let mut locked = lock(&self.writer);
+        self.owner.store(me, Ordering::Relaxed);
+        // Declared after `locked`, so dropped (owner cleared) before unlock,
+        // on every path including unwinding.
+        let _owner = ClearOnDrop(&self.owner);
+        let Locked { state: w, log } = &mut *locked;
+        log.clear();
+        if log.capacity() > 1024 {
+            log.shrink_to(64);
+        }
         let mut started = false;
         let outcome = catch_unwind(AssertUnwindSafe(|| {
             let mut txn = Txn {
                 shared: s,
-                log: &mut log,
+                log: &mut *log,
                 started: &mut started,
             };
-            body(&mut txn, &mut w)
+            body(&mut txn, &mut *w)
         }));
         if !started {
             return outcome.unwrap_or_else(|p| resume_unwind(p));
@@ -196,7 +227,7 @@ impl<N: Linked, W> RawTree<N, W> {
                 unsafe { self.publish(0, &mut publish) };
                 s.latch.flip(); // even: readers move to the new copy 0
                 let side = Side::new(&s.roots[1], 1);
-                for op in &log {
+                for op in log.iter() {
                     // SAFETY: the ops were valid on copy 0 in this order, and
                     // copy 1 had the same shape before the first one, so each
                     // is valid on copy 1 too; no node is released before this
@@ -213,11 +244,11 @@ impl<N: Linked, W> RawTree<N, W> {
                 // SAFETY: writer lock held; copy 1 holds only live nodes.
                 unsafe { self.publish(1, &mut publish) };
                 s.latch.count_write();
-                for op in log {
+                for op in log.drain(..) {
                     match op {
                         Op::Erase(node) | Op::Replace { old: node, .. } => {
                             // SAFETY: log pointers come from `NonNull`s.
-                            release(&mut w, unsafe { NonNull::new_unchecked(node) });
+                            release(w, unsafe { NonNull::new_unchecked(node) });
                         }
                         Op::Insert { .. } => {}
                     }
@@ -230,16 +261,17 @@ impl<N: Linked, W> RawTree<N, W> {
                 // SAFETY: as above; copy 0 now equals copy 1.
                 unsafe { self.publish(0, &mut publish) };
                 s.latch.flip();
-                for op in log {
+                for op in log.drain(..) {
                     match op {
                         Op::Insert { node, .. } | Op::Replace { new: node, .. } => {
                             // SAFETY: log pointers come from `NonNull`s.
-                            release(&mut w, unsafe { NonNull::new_unchecked(node) });
+                            release(w, unsafe { NonNull::new_unchecked(node) });
                         }
                         Op::Erase(_) => {}
                     }
                 }
-                drop(w);
+                drop(_owner);
+                drop(locked);
                 resume_unwind(panic)
             }
         }
@@ -304,56 +336,29 @@ impl<N: Linked, W> RawTree<N, W> {
     }
 }
 
-/// Turns a write started from inside another write of the same tree on the
-/// same thread (a batch closure calling `insert`) into a clear panic instead
-/// of a self-deadlock on the writer lock.
-struct ReentryGuard {
+/// An address unique to the calling thread (of a thread-local without a
+/// destructor, so it works even during thread-local destruction); 0 under
+/// loom, whose threads share one OS thread.
+fn this_thread() -> usize {
     #[cfg(not(loom))]
-    tree: usize,
-}
-
-#[cfg(not(loom))]
-std::thread_local! {
-    /// Addresses of the trees this thread is writing (rarely more than one).
-    static WRITING: core::cell::RefCell<Vec<usize>> = const { core::cell::RefCell::new(Vec::new()) };
-}
-
-impl ReentryGuard {
-    fn enter<N, W>(tree: &RawTree<N, W>) -> Self {
-        #[cfg(not(loom))]
-        {
-            let tree = ptr::from_ref(tree).addr();
-            // `try_with`: during thread-local destruction (a write from
-            // another thread-local's destructor) the check is skipped.
-            let reentered = WRITING
-                .try_with(|w| {
-                    let mut w = w.borrow_mut();
-                    let reentered = w.contains(&tree);
-                    if !reentered {
-                        w.push(tree);
-                    }
-                    reentered
-                })
-                .unwrap_or(false);
-            assert!(
-                !reentered,
-                "latchtree: a write was started from inside a write of the same tree \
-                 (use the batch handle instead)"
-            );
-            ReentryGuard { tree }
+    {
+        std::thread_local! {
+            static MARK: u8 = const { 0 };
         }
-        #[cfg(loom)]
-        {
-            let _ = tree;
-            ReentryGuard {}
-        }
+        MARK.try_with(|m| ptr::from_ref(m).addr()).unwrap_or(0)
+    }
+    #[cfg(loom)]
+    {
+        0
     }
 }
 
-impl Drop for ReentryGuard {
+/// Stores 0 into the owner word when dropped.
+struct ClearOnDrop<'a>(&'a AtomicUsize);
+
+impl Drop for ClearOnDrop<'_> {
     fn drop(&mut self) {
-        #[cfg(not(loom))]
-        let _ = WRITING.try_with(|w| w.borrow_mut().retain(|&t| t != self.tree));
+        self.0.store(0, Ordering::Relaxed);
     }
 }
 
