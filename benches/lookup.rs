@@ -1,3 +1,348 @@
-//! Placeholder, replaced by the benchmark suite.
+//! Core lookup and write costs of `latchtree` against an unsynchronized
+//! `BTreeMap` measured in the same run (issue "core").
+//!
+//! * `get/{latchtree,btreemap}/n`: exact-key lookups, half of them for keys
+//!   that are present and half for random (absent) keys.
+//! * `upper_bound/...`: greatest key `<=` a query (`LatchTree::upper_bound`
+//!   with a guard held across lookups vs `range(..=k).next_back()`).
+//! * `insert_remove/...`: one insert and one remove of a fresh key.
+//! * `kernel84/...`: the Linux `__module_address` workload, 84 modules, 90% of
+//!   the addresses inside a module: `AddrIndex::lookup`,
+//!   `AddrIndex::module_address` (held guard), and a `BTreeMap` predecessor
+//!   query plus end check.
+//!
+//! Keys are random `u64`s from a fixed seed; every routine walks a
+//! precomputed query array cyclically so that the branch predictor cannot
+//! learn the path. Run with `cargo bench --bench lookup` (about 3 minutes).
+//!
+//! Times are the benchmark thread's CPU time (robust on a shared machine;
+//! these loops never block); `LATCHTREE_BENCH_WALL=1` switches to wall time.
 
-fn main() {}
+use criterion::measurement::{Measurement, ValueFormatter, WallTime};
+use criterion::{BenchmarkId, Criterion};
+use latchtree::{AddrIndex, LatchTree};
+use std::collections::BTreeMap;
+use std::hint::black_box;
+use std::ops::Bound;
+use std::time::Duration;
+
+/// Thread CPU time as a criterion measurement: time the benchmark thread
+/// spent descheduled (other processes on a shared machine) does not count.
+/// Set `LATCHTREE_BENCH_WALL=1` to measure wall-clock time instead.
+struct ThreadCpu;
+
+/// Borrowed for its nanosecond formatter.
+static WALL: WallTime = WallTime;
+
+fn thread_cpu() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec and the clock id is one
+    // Linux supports; clock_gettime writes nothing else.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    assert_eq!(rc, 0, "clock_gettime(CLOCK_THREAD_CPUTIME_ID)");
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+impl Measurement for ThreadCpu {
+    type Intermediate = Duration;
+    type Value = Duration;
+
+    fn start(&self) -> Duration {
+        thread_cpu()
+    }
+    fn end(&self, started: Duration) -> Duration {
+        thread_cpu().saturating_sub(started)
+    }
+    fn add(&self, a: &Duration, b: &Duration) -> Duration {
+        *a + *b
+    }
+    fn zero(&self) -> Duration {
+        Duration::ZERO
+    }
+    fn to_f64(&self, d: &Duration) -> f64 {
+        d.as_nanos() as f64
+    }
+    fn formatter(&self) -> &dyn ValueFormatter {
+        WALL.formatter()
+    }
+}
+
+/// Lookup sizes: module-sized, page-of-symbols-sized, large.
+const SIZES: [usize; 3] = [84, 4096, 262_144];
+/// Sizes for the write-cost group.
+const WRITE_SIZES: [usize; 2] = [84, 4096];
+/// Length of every query array (a power of two, walked cyclically).
+const QUERIES: usize = 1 << 16;
+
+/// A small deterministic generator (SplitMix64); no `rand` dependency.
+struct SplitMix64(u64);
+
+impl SplitMix64 {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// `n` distinct random even keys (odd numbers are then guaranteed absent).
+fn random_keys(n: usize, rng: &mut SplitMix64) -> Vec<u64> {
+    let mut set = std::collections::BTreeSet::new();
+    while set.len() < n {
+        set.insert(rng.next() & !1);
+    }
+    let mut keys: Vec<u64> = set.into_iter().collect();
+    // Shuffle (Fisher-Yates) so insertion order is random too.
+    for i in (1..keys.len()).rev() {
+        let j = rng.below(i as u64 + 1) as usize;
+        keys.swap(i, j);
+    }
+    keys
+}
+
+/// Half present keys, half absent (odd) random keys, in random order.
+fn mixed_queries(keys: &[u64], rng: &mut SplitMix64) -> Vec<u64> {
+    (0..QUERIES)
+        .map(|i| {
+            if i % 2 == 0 {
+                keys[rng.below(keys.len() as u64) as usize]
+            } else {
+                rng.next() | 1
+            }
+        })
+        .collect()
+}
+
+/// Both maps grown by single inserts in `keys`' (random) order: no
+/// bulk-built, perfectly packed B-tree nodes.
+fn build(keys: &[u64]) -> (LatchTree<u64, u64>, BTreeMap<u64, u64>) {
+    let tree = LatchTree::new();
+    let mut map = BTreeMap::new();
+    for &k in keys {
+        tree.insert(k, !k);
+        map.insert(k, !k);
+    }
+    (tree, map)
+}
+
+/// Tight, modest criterion settings so the whole file runs in ~3 minutes.
+fn config() -> Criterion {
+    Criterion::default()
+        .measurement_time(Duration::from_secs(2))
+        .warm_up_time(Duration::from_millis(500))
+        .sample_size(30)
+}
+
+fn bench_get<M: Measurement>(c: &mut Criterion<M>) {
+    let mut group = c.benchmark_group("get");
+    for &n in &SIZES {
+        let mut rng = SplitMix64(0x6765_7400 ^ n as u64);
+        let keys = random_keys(n, &mut rng);
+        let queries = mixed_queries(&keys, &mut rng);
+        let (tree, map) = build(&keys);
+
+        group.bench_with_input(BenchmarkId::new("latchtree", n), &n, |b, _| {
+            let guard = latchtree::pin();
+            let mut i = 0;
+            b.iter(|| {
+                let q = queries[i];
+                i = (i + 1) & (QUERIES - 1);
+                black_box(tree.get(black_box(&q), &guard))
+            });
+        });
+        group.bench_with_input(BenchmarkId::new("btreemap", n), &n, |b, _| {
+            let mut i = 0;
+            b.iter(|| {
+                let q = queries[i];
+                i = (i + 1) & (QUERIES - 1);
+                black_box(map.get(black_box(&q)))
+            });
+        });
+    }
+    group.finish();
+}
+
+fn bench_upper_bound<M: Measurement>(c: &mut Criterion<M>) {
+    let mut group = c.benchmark_group("upper_bound");
+    for &n in &SIZES {
+        let mut rng = SplitMix64(0x7562_0000 ^ n as u64);
+        let keys = random_keys(n, &mut rng);
+        let queries = mixed_queries(&keys, &mut rng);
+        let (tree, map) = build(&keys);
+
+        group.bench_with_input(BenchmarkId::new("latchtree", n), &n, |b, _| {
+            let guard = latchtree::pin();
+            let mut i = 0;
+            b.iter(|| {
+                let q = queries[i];
+                i = (i + 1) & (QUERIES - 1);
+                black_box(tree.upper_bound(Bound::Included(black_box(&q)), &guard))
+            });
+        });
+        group.bench_with_input(BenchmarkId::new("btreemap", n), &n, |b, _| {
+            let mut i = 0;
+            b.iter(|| {
+                let q = queries[i];
+                i = (i + 1) & (QUERIES - 1);
+                black_box(map.range(..=black_box(q)).next_back())
+            });
+        });
+    }
+    group.finish();
+}
+
+fn bench_insert_remove<M: Measurement>(c: &mut Criterion<M>) {
+    let mut group = c.benchmark_group("insert_remove");
+    for &n in &WRITE_SIZES {
+        let mut rng = SplitMix64(0x7772_0000 ^ n as u64);
+        let keys = random_keys(n, &mut rng);
+        // Fresh keys are odd, so never present.
+        let fresh: Vec<u64> = (0..QUERIES).map(|_| rng.next() | 1).collect();
+        let (tree, mut map) = build(&keys);
+
+        group.bench_with_input(BenchmarkId::new("latchtree", n), &n, |b, _| {
+            let mut i = 0;
+            b.iter(|| {
+                let k = fresh[i];
+                i = (i + 1) & (QUERIES - 1);
+                black_box(tree.insert(black_box(k), k));
+                black_box(tree.remove(black_box(&k)))
+            });
+        });
+        group.bench_with_input(BenchmarkId::new("btreemap", n), &n, |b, _| {
+            let mut i = 0;
+            b.iter(|| {
+                let k = fresh[i];
+                i = (i + 1) & (QUERIES - 1);
+                black_box(map.insert(black_box(k), k));
+                black_box(map.remove(black_box(&k)))
+            });
+        });
+        assert_eq!(tree.len(), n);
+        assert_eq!(map.len(), n);
+    }
+    group.finish();
+}
+
+/// The kernel's workload: 84 modules of 16 KiB to 1 MiB with gaps between
+/// them; 90% of the queried addresses fall inside a module, 5% in a gap
+/// between modules and 5% outside all of them (the bounds fast path).
+fn kernel_workload(rng: &mut SplitMix64) -> (Vec<(u64, u64)>, Vec<u64>) {
+    const MODULES: usize = 84;
+    let mut ranges = Vec::with_capacity(MODULES);
+    let mut at = 0xffff_ffff_c000_0000_u64;
+    for _ in 0..MODULES {
+        at += 0x1000 * (1 + rng.below(64)); // gap of 4 KiB..256 KiB
+        let len = 0x4000 + 0x1000 * rng.below(252);
+        ranges.push((at, at + len));
+        at += len;
+    }
+    let queries = (0..QUERIES)
+        .map(|_| {
+            let r = rng.below(100);
+            if r < 90 {
+                let (s, e) = ranges[rng.below(MODULES as u64) as usize];
+                s + rng.below(e - s)
+            } else if r < 95 {
+                // In the gap before a random module (gaps are >= 4 KiB).
+                let (s, _) = ranges[rng.below(MODULES as u64) as usize];
+                s - 1 - rng.below(0x1000)
+            } else {
+                // Outside the bounds: core kernel text below the modules.
+                0xffff_ffff_8000_0000 + rng.below(1 << 24)
+            }
+        })
+        .collect();
+    (ranges, queries)
+}
+
+fn bench_kernel<M: Measurement>(c: &mut Criterion<M>) {
+    let mut group = c.benchmark_group("kernel84");
+    let mut rng = SplitMix64(0x6b65_726e);
+    let (ranges, queries) = kernel_workload(&mut rng);
+    // Both built by single inserts in a random module order.
+    let mut order: Vec<usize> = (0..ranges.len()).collect();
+    for i in (1..order.len()).rev() {
+        let j = rng.below(i as u64 + 1) as usize;
+        order.swap(i, j);
+    }
+    let index = AddrIndex::new();
+    let mut map: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
+    for &m in &order {
+        let (s, e) = ranges[m];
+        index.insert(s..e, m).expect("ranges do not overlap");
+        map.insert(s, (e, m as u64));
+    }
+
+    // The three must agree before their speed means anything.
+    let guard = latchtree::pin();
+    for &a in &queries {
+        let want = map
+            .range(..=a)
+            .next_back()
+            .filter(|(_, (e, _))| a < *e)
+            .map(|(&s, &(e, _))| s..e);
+        assert_eq!(index.lookup(a).map(|h| h.range()), want);
+        assert_eq!(index.module_address(a, &guard).map(|h| h.range()), want);
+    }
+    drop(guard);
+
+    group.bench_function("addr_index_lookup", |b| {
+        let mut i = 0;
+        b.iter(|| {
+            let a = queries[i];
+            i = (i + 1) & (QUERIES - 1);
+            black_box(index.lookup(black_box(a)))
+        });
+    });
+    group.bench_function("module_address_held_guard", |b| {
+        let guard = latchtree::pin();
+        let mut i = 0;
+        b.iter(|| {
+            let a = queries[i];
+            i = (i + 1) & (QUERIES - 1);
+            black_box(index.module_address(black_box(a), &guard).map(|h| h.id()))
+        });
+    });
+    group.bench_function("btreemap", |b| {
+        let mut i = 0;
+        b.iter(|| {
+            let a = queries[i];
+            i = (i + 1) & (QUERIES - 1);
+            let a = black_box(a);
+            black_box(
+                map.range(..=a)
+                    .next_back()
+                    .filter(|(_, (e, _))| a < *e)
+                    .map(|(_, &(_, m))| m),
+            )
+        });
+    });
+    group.finish();
+}
+
+/// Every group, on either clock.
+fn all<M: Measurement>(c: &mut Criterion<M>) {
+    bench_get(c);
+    bench_upper_bound(c);
+    bench_insert_remove(c);
+    bench_kernel(c);
+}
+
+fn main() {
+    if std::env::var_os("LATCHTREE_BENCH_WALL").is_some() {
+        all(&mut config().configure_from_args());
+    } else {
+        all(&mut config().with_measurement(ThreadCpu).configure_from_args());
+    }
+    Criterion::default().configure_from_args().final_summary();
+}

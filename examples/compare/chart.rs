@@ -34,7 +34,40 @@ fn bounds(series: &[Series]) -> ((f64, f64), (f64, f64)) {
     (fold(|p| p.0), fold(|p| p.1))
 }
 
-/// Draws `series` on `area`, x and y logarithmic when asked.
+/// A fixed colour per structure, so that every chart agrees: black for
+/// BTreeMap, reds/oranges/browns for latchtree, other hues for the peers.
+fn color_of(name: &str) -> RGBColor {
+    const BY_NAME: [(&str, RGBColor); 12] = [
+        ("BTreeMap (unsync", RGBColor(0, 0, 0)),
+        ("sorted Vec", RGBColor(150, 150, 150)),
+        ("AddrIndex", RGBColor(214, 39, 40)),
+        ("module_address (held", RGBColor(255, 127, 14)),
+        ("module_address (pin", RGBColor(227, 119, 194)),
+        ("LatchTree", RGBColor(140, 86, 75)),
+        ("std RwLock", RGBColor(31, 119, 180)),
+        ("parking_lot", RGBColor(23, 190, 207)),
+        ("ArcSwap", RGBColor(44, 160, 44)),
+        ("left-right", RGBColor(148, 103, 189)),
+        ("SkipMap", RGBColor(188, 189, 34)),
+        ("scc", RGBColor(127, 127, 255)),
+    ];
+    BY_NAME
+        .iter()
+        .find(|(key, _)| name.contains(key))
+        .map_or(RGBColor(100, 100, 100), |&(_, c)| c)
+}
+
+/// A value for an axis label: no decimals from 10 up.
+fn label(v: f64) -> String {
+    if v >= 10.0 {
+        format!("{v:.0}")
+    } else {
+        format!("{v:.1}")
+    }
+}
+
+/// Draws `series` on `area`: y logarithmic, x logarithmic when asked.
+/// latchtree's lines are drawn thicker.
 fn draw(
     area: &DrawingArea<SVGBackend<'_>, plotters::coord::Shift>,
     title: &str,
@@ -50,21 +83,30 @@ fn draw(
         .margin(12)
         .x_label_area_size(40)
         .y_label_area_size(60);
+    let x_fmt = |x: &f64| if log_x { label(*x) } else { format!("{x:.0}") };
+    let y_fmt = |y: &f64| label(*y);
     macro_rules! plot {
-        ($chart:expr) => {{
+        ($chart:expr, $x_labels:expr) => {{
             let mut chart = $chart;
             chart
                 .configure_mesh()
                 .x_desc(x_desc)
-                .y_desc("ns per lookup (log)")
+                .y_desc("ns per lookup (log scale)")
+                .x_labels($x_labels)
+                .x_label_formatter(&x_fmt)
+                .y_label_formatter(&y_fmt)
                 .draw()?;
-            for (i, (name, pts)) in series.iter().enumerate() {
-                let color = Palette99::pick(i).to_rgba();
+            for (name, pts) in series {
+                let color = color_of(name);
+                let width = if name.starts_with("latchtree") { 3 } else { 2 };
                 chart
-                    .draw_series(LineSeries::new(pts.iter().copied(), color.stroke_width(2)))?
+                    .draw_series(LineSeries::new(
+                        pts.iter().copied(),
+                        color.stroke_width(width),
+                    ))?
                     .label(name.as_str())
                     .legend(move |(x, y)| {
-                        PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
+                        PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(width))
                     });
                 chart.draw_series(pts.iter().map(|&p| Circle::new(p, 3, color.filled())))?;
             }
@@ -78,9 +120,16 @@ fn draw(
         }};
     }
     if log_x {
-        plot!(builder.build_cartesian_2d((x0 * 0.8..x1 * 1.25).log_scale(), (y0..y1).log_scale())?);
+        plot!(
+            builder.build_cartesian_2d((x0 * 0.8..x1 * 1.25).log_scale(), (y0..y1).log_scale())?,
+            10
+        );
     } else {
-        plot!(builder.build_cartesian_2d(x0 - 0.2..x1 + 0.2, (y0..y1).log_scale())?);
+        let ticks = (x1 - x0) as usize + 1;
+        plot!(
+            builder.build_cartesian_2d(x0 - 0.5..x1 + 0.5, (y0..y1).log_scale())?,
+            ticks
+        );
     }
     Ok(())
 }

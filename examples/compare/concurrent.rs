@@ -31,6 +31,15 @@ pub(crate) const C_SKIP: &str = "crossbeam SkipMap";
 /// All structures, in table order.
 pub(crate) const STRUCTURES: [&str; 7] = [C_ADDR, C_TREE, C_STD, C_PL, C_SWAP, C_LR, C_SKIP];
 
+/// A `BTreeMap` grown by inserts in `order`.
+fn map_of(order: &[(u64, u64)]) -> BTreeMap<u64, u64> {
+    let mut m = BTreeMap::new();
+    for &(s, e) in order {
+        m.insert(s, e);
+    }
+    m
+}
+
 /// One run of `structure` with `readers` readers and writer `mode`. Each run
 /// builds its structure afresh from `w`.
 fn run_one(
@@ -41,12 +50,13 @@ fn run_one(
     w: &Workload,
 ) -> ConcResult {
     let q = &w.queries[..];
+    let order = crate::workload::shuffled(&w.ranges);
     let fresh = w.fresh_keys();
     let key = |i: usize| fresh[(i / 2) % fresh.len()];
     match structure {
         C_ADDR => {
             let index = AddrIndex::new();
-            for &(s, e) in &w.ranges {
+            for &(s, e) in &order {
                 index.insert(s..e, ()).expect("disjoint");
             }
             let index = &index;
@@ -69,7 +79,7 @@ fn run_one(
         }
         C_TREE => {
             let tree = LatchTree::new();
-            for &(s, e) in &w.ranges {
+            for &(s, e) in &order {
                 tree.insert(s, e);
             }
             let tree = &tree;
@@ -95,7 +105,7 @@ fn run_one(
             )
         }
         C_STD => {
-            let lock = std::sync::RwLock::new(w.ranges.iter().copied().collect::<BTreeMap<_, _>>());
+            let lock = std::sync::RwLock::new(map_of(&order));
             let lock = &lock;
             concurrent(
                 readers,
@@ -115,8 +125,7 @@ fn run_one(
             )
         }
         C_PL => {
-            let lock =
-                parking_lot::RwLock::new(w.ranges.iter().copied().collect::<BTreeMap<_, _>>());
+            let lock = parking_lot::RwLock::new(map_of(&order));
             let lock = &lock;
             concurrent(
                 readers,
@@ -136,7 +145,7 @@ fn run_one(
             )
         }
         C_SWAP => {
-            let swap = ArcSwap::from_pointee(w.ranges.iter().copied().collect::<BTreeMap<_, _>>());
+            let swap = ArcSwap::from_pointee(map_of(&order));
             let swap = &swap;
             concurrent(
                 readers,
@@ -158,7 +167,7 @@ fn run_one(
         }
         C_LR => {
             let (mut wh, rh) = left_right::new::<BTreeMap<u64, u64>, Op>();
-            for &(s, e) in &w.ranges {
+            for &(s, e) in &order {
                 wh.append(Op::Insert(s, e));
             }
             wh.publish();
@@ -186,7 +195,7 @@ fn run_one(
         }
         C_SKIP => {
             let skip = SkipMap::new();
-            for &(s, e) in &w.ranges {
+            for &(s, e) in &order {
                 skip.insert(s, e);
             }
             let skip = &skip;

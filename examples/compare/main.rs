@@ -10,16 +10,21 @@
 //! `DIR/lookup.svg` and `DIR/readers.svg`.
 //!
 //! ```text
-//! cargo run --release --example compare -- [--quick] [--readers-max N] [--out DIR]
+//! cargo run --release --example compare -- [--quick] [--wall] [--readers-max N] [--out DIR]
 //! ```
 //!
 //! * `--quick`: tiny sizes and durations (CI smoke mode, a few seconds).
+//! * `--wall`: time the single-threaded sections with the wall clock
+//!   instead of the thread's CPU time (the default, which ignores time the
+//!   thread spent descheduled on a busy machine).
 //! * `--readers-max N`: reader-scaling curve over 1..=N reader threads, with
 //!   and without a writer (default 2).
 //! * `--out DIR`: where the CSV and SVG files go (default `target/compare`).
 //!
 //! Single-threaded figures are medians of several round-robin repetitions of
-//! many lookups each; concurrent figures are medians of a few timed runs.
+//! many operations each (thread CPU time unless `--wall`); concurrent
+//! figures are medians of a few timed runs (wall clock: a reader blocked by
+//! a lock must count; their CPU time goes to the CSV's `extra` column).
 //! Absolute times drift on shared machines: read the ratios.
 
 mod alloc_count;
@@ -46,32 +51,44 @@ pub(crate) const BTREEMAP: &str = "BTreeMap (unsynchronized)";
 /// The generic tree's name in the write and memory rows.
 pub(crate) const LATCHTREE: &str = "latchtree LatchTree";
 
+/// One figure of a row (`None` when the row does not have it).
+type Metric = fn(&Row) -> Option<f64>;
+
+/// One section of the comparison: appends its rows.
+type Section = fn(&Config, &mut Vec<Row>);
+
 /// Sizes, repetitions and durations.
 pub(crate) struct Config {
     pub(crate) sizes: Vec<usize>,
     pub(crate) iters: usize,
     pub(crate) reps: usize,
     pub(crate) write_sizes: Vec<usize>,
+    /// Repetitions of each write block (short blocks: more of them).
+    pub(crate) write_reps: usize,
     pub(crate) readers_max: usize,
     pub(crate) conc_dur: Duration,
     pub(crate) conc_reps: usize,
     pub(crate) memory_n: usize,
+    /// Clock of the single-threaded sections.
+    pub(crate) clock: measure::Clock,
 }
 
 struct Args {
     quick: bool,
+    wall: bool,
     readers_max: usize,
     out: PathBuf,
 }
 
 fn usage() -> ! {
-    eprintln!("usage: compare [--quick] [--readers-max N] [--out DIR]");
+    eprintln!("usage: compare [--quick] [--wall] [--readers-max N] [--out DIR]");
     std::process::exit(2)
 }
 
 fn parse_args() -> Args {
     let mut args = Args {
         quick: false,
+        wall: false,
         readers_max: 2,
         out: PathBuf::from("target/compare"),
     };
@@ -79,6 +96,7 @@ fn parse_args() -> Args {
     while let Some(a) = it.next() {
         match a.as_str() {
             "--quick" => args.quick = true,
+            "--wall" => args.wall = true,
             "--readers-max" => {
                 args.readers_max = it
                     .next()
@@ -126,7 +144,7 @@ fn targets(rows: &[Row], readers_max: usize) -> Vec<String> {
         if let Some(x) = row.and_then(Row::ratio) {
             let verdict = if x <= max { "met" } else { "MISSED" };
             out.push(format!(
-                "{label:<66} {x:>6.2}x  (target <= {max}x)  {verdict}"
+                "{label:<80} {x:>6.2}x  (target <= {max}x)  {verdict}"
             ));
         }
     };
@@ -161,42 +179,44 @@ fn targets(rows: &[Row], readers_max: usize) -> Vec<String> {
         );
     }
     let conc = |case: &str, s: &str| find(rows, "readers", case, s);
-    let mut vs = |label: String,
-                  a: Option<&Row>,
-                  b: Option<&Row>,
-                  f: fn(&Row) -> Option<f64>,
-                  cmp: &str,
-                  t: f64| {
+    let mut vs = |label: String, a: Option<&Row>, b: Option<&Row>, f: Metric, cmp: &str, t: f64| {
         if let (Some(a), Some(b)) = (a.and_then(f), b.and_then(f)) {
             let x = a / b;
             let ok = if cmp == "<=" { x <= t } else { x >= t };
             out.push(format!(
-                "{label:<66} {x:>6.2}x  (target {cmp} {t}x)  {}",
+                "{label:<80} {x:>6.2}x  (target {cmp} {t}x)  {}",
                 if ok { "met" } else { "MISSED" }
             ));
         }
     };
     let ns = |r: &Row| Some(r.value);
+    let cpu = |r: &Row| r.extra;
     let wr = |r: &Row| r.writer_ops_s;
+    // latchtree readers never block, so their CPU time per lookup is also
+    // meaningful (and, unlike wall time, immune to other processes taking
+    // the cores of a small shared machine).
     for s in [C_ADDR, C_TREE] {
-        if readers_max >= 2 {
+        let clocks: [(Metric, &str); 2] = [(ns, "wall"), (cpu, "thread CPU")];
+        for (f, clock) in clocks {
+            if readers_max >= 2 {
+                vs(
+                    format!("{s}: 2 readers / 1 reader, no writer ({clock})"),
+                    conc("2 readers, no writer", s),
+                    conc("1 reader, no writer", s),
+                    f,
+                    "<=",
+                    1.1,
+                );
+            }
             vs(
-                format!("{s}: 2 readers / 1 reader, no writer"),
-                conc("2 readers, no writer", s),
+                format!("{s}: reader with tight writer / without ({clock})"),
+                conc("1 reader, tight writer", s),
                 conc("1 reader, no writer", s),
-                ns,
+                f,
                 "<=",
-                1.1,
+                2.0,
             );
         }
-        vs(
-            format!("{s}: reader with tight writer / without"),
-            conc("1 reader, tight writer", s),
-            conc("1 reader, no writer", s),
-            ns,
-            "<=",
-            2.0,
-        );
     }
     for (peer, short) in [(C_LR, "left-right"), (C_SKIP, "SkipMap")] {
         vs(
@@ -213,16 +233,23 @@ fn targets(rows: &[Row], readers_max: usize) -> Vec<String> {
 
 fn main() -> Result<(), Box<dyn Error>> {
     let args = parse_args();
+    let clock = if args.wall {
+        measure::Clock::Wall
+    } else {
+        measure::Clock::ThreadCpu
+    };
     let cfg = if args.quick {
         Config {
             sizes: vec![16, 84, 4096],
             iters: 1 << 13,
             reps: 3,
             write_sizes: vec![84],
+            write_reps: 3,
             readers_max: args.readers_max,
             conc_dur: Duration::from_millis(20),
             conc_reps: 1,
             memory_n: 10_000,
+            clock,
         }
     } else {
         Config {
@@ -230,10 +257,12 @@ fn main() -> Result<(), Box<dyn Error>> {
             iters: 1 << 17,
             reps: 7,
             write_sizes: vec![84, 4096],
+            write_reps: 25,
             readers_max: args.readers_max,
             conc_dur: Duration::from_millis(150),
             conc_reps: 3,
             memory_n: 100_000,
+            clock,
         }
     };
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -252,11 +281,21 @@ fn main() -> Result<(), Box<dyn Error>> {
         load_average()
     );
     println!(
-        "lookups: median of {} round-robin reps x {} lookups; concurrent: median of {} x {} ms runs",
+        "single-threaded: median of {} round-robin reps x {} ops ({} above n=4096), {}; \
+         concurrent: median of {} x {} ms runs, wall clock",
         cfg.reps,
         cfg.iters,
+        cfg.iters / 4,
+        match cfg.clock {
+            measure::Clock::ThreadCpu => "thread CPU time",
+            measure::Clock::Wall => "wall clock",
+        },
         cfg.conc_reps,
         cfg.conc_dur.as_millis()
+    );
+    println!(
+        "stopwatch cost {:.0} ns per timed block (subtracted from every single-threaded block)",
+        measure::overhead_ns(cfg.clock)
     );
     if cfg.readers_max + 1 > cores {
         println!(
@@ -267,7 +306,7 @@ fn main() -> Result<(), Box<dyn Error>> {
 
     let mut rows = Vec::new();
     let mut spent = Vec::new();
-    let sections: [(&str, fn(&Config, &mut Vec<Row>)); 4] = [
+    let sections: [(&str, Section); 4] = [
         ("lookups", lookups::run),
         ("writes", writes::run),
         ("readers", concurrent::run),

@@ -2,9 +2,65 @@
 //! timed reader/writer runs (several threads).
 
 use std::hint::black_box;
-use std::sync::Barrier;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Barrier, OnceLock};
 use std::time::{Duration, Instant};
+
+/// The clock of single-threaded measurements.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Clock {
+    /// CPU time of the calling thread: time the thread was descheduled
+    /// (other processes on a shared machine) does not count.
+    ThreadCpu,
+    /// Wall-clock time.
+    Wall,
+}
+
+/// A running stopwatch on a [`Clock`].
+pub(crate) struct Stopwatch {
+    clock: Clock,
+    wall: Instant,
+    cpu: Duration,
+}
+
+impl Stopwatch {
+    pub(crate) fn start(clock: Clock) -> Self {
+        Stopwatch {
+            clock,
+            wall: Instant::now(),
+            cpu: if clock == Clock::ThreadCpu {
+                thread_cpu()
+            } else {
+                Duration::ZERO
+            },
+        }
+    }
+
+    /// Nanoseconds since `start`, less the stopwatch's own cost (see
+    /// [`overhead_ns`]), divided by `ops`.
+    pub(crate) fn ns_per(&self, ops: usize) -> f64 {
+        (self.raw_ns() - overhead_ns(self.clock)).max(0.0) / ops as f64
+    }
+
+    fn raw_ns(&self) -> f64 {
+        let d = match self.clock {
+            Clock::ThreadCpu => thread_cpu() - self.cpu,
+            Clock::Wall => self.wall.elapsed(),
+        };
+        d.as_nanos() as f64
+    }
+}
+
+/// What an empty start/stop pair measures on `clock` (median of 101): reading
+/// the thread CPU clock is a system call, several hundred ns on some VMs,
+/// which would otherwise inflate short timed blocks.
+pub(crate) fn overhead_ns(clock: Clock) -> f64 {
+    static CACHE: [OnceLock<f64>; 2] = [OnceLock::new(), OnceLock::new()];
+    *CACHE[clock as usize].get_or_init(|| {
+        let mut xs: Vec<f64> = (0..101).map(|_| Stopwatch::start(clock).raw_ns()).collect();
+        median(&mut xs)
+    })
+}
 
 /// One contender of a single-threaded measurement: runs `iters` operations
 /// and returns a checksum of their results.
@@ -48,6 +104,7 @@ pub(crate) fn round_robin(
     contenders: &mut [(&'static str, Run<'_>)],
     iters: usize,
     reps: usize,
+    clock: Clock,
 ) -> Vec<f64> {
     let want = (contenders[0].1)(iters);
     for (name, run) in contenders.iter_mut() {
@@ -61,9 +118,9 @@ pub(crate) fn round_robin(
     let mut samples = vec![Vec::with_capacity(reps); contenders.len()];
     for _ in 0..reps {
         for (i, (_, run)) in contenders.iter_mut().enumerate() {
-            let t = Instant::now();
+            let t = Stopwatch::start(clock);
             black_box(run(iters));
-            samples[i].push(t.elapsed().as_nanos() as f64 / iters as f64);
+            samples[i].push(t.ns_per(iters));
         }
     }
     samples.iter_mut().map(|s| median(s)).collect()
@@ -102,7 +159,7 @@ pub(crate) struct ConcResult {
 }
 
 /// CPU time consumed by the calling thread.
-fn thread_cpu() -> Duration {
+pub(crate) fn thread_cpu() -> Duration {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,

@@ -98,39 +98,45 @@ pub(crate) struct Peers {
     pub(crate) _lr_write: left_right::WriteHandle<BTreeMap<u64, u64>, Op>,
     pub(crate) lr_read: left_right::ReadHandle<BTreeMap<u64, u64>>,
     pub(crate) skip: SkipMap<u64, u64>,
-    /// Keyed by range end, valued by start (see [`scc_contains`]).
+    /// Keyed by range end, valued by start (see [`scc_contains`]); empty
+    /// unless built `with_scc`.
     pub(crate) scc: scc::TreeIndex<u64, u64>,
 }
 
 impl Peers {
-    pub(crate) fn new(ranges: &[(u64, u64)]) -> Self {
+    /// `with_scc`: also fill the `scc` index (slow to query at large n).
+    pub(crate) fn new(ranges: &[(u64, u64)], with_scc: bool) -> Self {
+        let order = crate::workload::shuffled(ranges);
         let index = AddrIndex::new();
-        for &(s, e) in ranges {
-            index.insert(s..e, ()).expect("disjoint ranges");
-        }
         let tree = LatchTree::new();
-        for &(s, e) in ranges {
-            tree.insert(s, e);
-        }
-        let map: BTreeMap<u64, u64> = ranges.iter().copied().collect();
+        // Each BTreeMap-based peer grows its own map by the same inserts (a
+        // clone would be compactly allocated, unlike a map grown by updates).
+        let [mut map, mut std_map, mut pl_map, mut swap_map] = [(); 4].map(|()| BTreeMap::new());
         let (mut lr_write, lr_read) = left_right::new::<BTreeMap<u64, u64>, Op>();
-        for &(s, e) in ranges {
-            lr_write.append(Op::Insert(s, e));
-        }
-        lr_write.publish();
         let skip = SkipMap::new();
         let scc = scc::TreeIndex::new();
-        for &(s, e) in ranges {
+        for &(s, e) in &order {
+            index.insert(s..e, ()).expect("disjoint ranges");
+            tree.insert(s, e);
+            for m in [&mut map, &mut std_map, &mut pl_map, &mut swap_map] {
+                m.insert(s, e);
+            }
+            lr_write.append(Op::Insert(s, e));
             skip.insert(s, e);
-            scc.insert(e, s).expect("distinct ends");
+            if with_scc {
+                scc.insert(e, s).expect("distinct ends");
+            }
         }
+        lr_write.publish();
+        let mut vec = ranges.to_vec();
+        vec.sort_unstable();
         Peers {
             index,
             tree,
-            vec: ranges.to_vec(),
-            std_rw: std::sync::RwLock::new(map.clone()),
-            pl_rw: parking_lot::RwLock::new(map.clone()),
-            swap: ArcSwap::from_pointee(map.clone()),
+            vec,
+            std_rw: std::sync::RwLock::new(std_map),
+            pl_rw: parking_lot::RwLock::new(pl_map),
+            swap: ArcSwap::from_pointee(swap_map),
             map,
             _lr_write: lr_write,
             lr_read,

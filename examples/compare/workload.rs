@@ -92,3 +92,17 @@ impl Workload {
         self.ranges.iter().map(|&(_, e)| e).collect()
     }
 }
+
+/// `ranges` in a random (seeded) order: every structure is built by
+/// inserting one range at a time in this order, as a map that grew by
+/// updates would be (no bulk-built, perfectly packed B-tree nodes, no
+/// sorted-insertion tree shapes).
+pub(crate) fn shuffled(ranges: &[(u64, u64)]) -> Vec<(u64, u64)> {
+    let mut rng = SplitMix64(0x7368_7566 ^ ranges.len() as u64);
+    let mut out = ranges.to_vec();
+    for i in (1..out.len()).rev() {
+        let j = rng.below(i as u64 + 1) as usize;
+        out.swap(i, j);
+    }
+    out
+}

@@ -3,6 +3,7 @@
 //! (left-right publishes after each one).
 
 use crate::lookups::{ARC_SWAP, LEFT_RIGHT, PL_RW, SCC, SKIPMAP, STD_RW};
+use crate::measure::Stopwatch;
 use crate::peers::Op;
 use crate::report::{Row, set_baseline};
 use crate::workload::Workload;
@@ -13,7 +14,6 @@ use latchtree::{AddrIndex, LatchTree, ModuleId};
 use std::collections::BTreeMap;
 use std::hint::black_box;
 use std::sync::Arc;
-use std::time::Instant;
 
 /// A structure under write test. `slot` identifies a fresh key (so that the
 /// address index can find the module id to remove without a side lookup).
@@ -254,13 +254,17 @@ impl Writes for scc::TreeIndex<u64, u64> {
 
 /// Every structure, filled with `ranges`.
 fn contenders(ranges: &[(u64, u64)]) -> Vec<(&'static str, Box<dyn Writes>)> {
-    let map: BTreeMap<u64, u64> = ranges.iter().copied().collect();
+    // Each BTreeMap-based contender grows its own map by the same inserts.
+    let [mut map, mut std_map, mut pl_map, mut swap_map] = [(); 4].map(|()| BTreeMap::new());
     let tree = LatchTree::new();
     let index = AddrIndex::new();
     let (mut lr_w, lr_r) = left_right::new::<BTreeMap<u64, u64>, Op>();
     let skip = SkipMap::new();
     let scc = scc::TreeIndex::new();
-    for &(s, e) in ranges {
+    for &(s, e) in &crate::workload::shuffled(ranges) {
+        for m in [&mut map, &mut std_map, &mut pl_map, &mut swap_map] {
+            m.insert(s, e);
+        }
         tree.insert(s, e);
         index.insert(s..e, ()).expect("disjoint");
         lr_w.append(Op::Insert(s, e));
@@ -269,7 +273,7 @@ fn contenders(ranges: &[(u64, u64)]) -> Vec<(&'static str, Box<dyn Writes>)> {
     }
     lr_w.publish();
     vec![
-        (BTREEMAP, Box::new(map.clone())),
+        (BTREEMAP, Box::new(map)),
         (LATCHTREE, Box::new(tree)),
         (
             ADDR_LOOKUP_WRITES,
@@ -278,9 +282,9 @@ fn contenders(ranges: &[(u64, u64)]) -> Vec<(&'static str, Box<dyn Writes>)> {
                 ids: vec![None; ranges.len()],
             }),
         ),
-        (STD_RW, Box::new(std::sync::RwLock::new(map.clone()))),
-        (PL_RW, Box::new(parking_lot::RwLock::new(map.clone()))),
-        (ARC_SWAP, Box::new(ArcSwap::from_pointee(map))),
+        (STD_RW, Box::new(std::sync::RwLock::new(std_map))),
+        (PL_RW, Box::new(parking_lot::RwLock::new(pl_map))),
+        (ARC_SWAP, Box::new(ArcSwap::from_pointee(swap_map))),
         (LEFT_RIGHT, Box::new(LeftRight { w: lr_w, _r: lr_r })),
         (SKIPMAP, Box::new(skip)),
         (SCC, Box::new(scc)),
@@ -303,50 +307,66 @@ const OPS: [&str; 6] = [
 pub(crate) fn run(cfg: &Config, rows: &mut Vec<Row>) {
     for &n in &cfg.write_sizes {
         let w = Workload::ranges(n, 0x7772_6974 ^ n as u64);
-        let fresh = w.fresh_keys();
-        let existing: Vec<u64> = w.ranges.iter().map(|&(s, _)| s).collect();
+        // Fresh keys (and existing ones, for replace) in random order, so a
+        // window of them is spread over the whole tree.
+        let fresh: Vec<u64> = crate::workload::shuffled(&w.ranges)
+            .iter()
+            .map(|&(_, e)| e)
+            .collect();
+        let existing: Vec<u64> = crate::workload::shuffled(&w.ranges)
+            .iter()
+            .map(|&(s, _)| s)
+            .collect();
         let mut cs = contenders(&w.ranges);
         let k = (n / 2).clamp(8, 256) / 8 * 8;
         let mut samples = vec![vec![Vec::new(); OPS.len()]; cs.len()];
-        for rep in 0..=cfg.reps {
+        for rep in 0..=cfg.write_reps {
             let start = (rep * k) % (n - k + 1);
             let keys = &fresh[start..start + k];
+            let existing = &existing[start..start + k];
             for (ci, (_, c)) in cs.iter_mut().enumerate() {
                 let mut t = [None; OPS.len()];
-                let clock = Instant::now();
-                for (i, &key) in keys.iter().enumerate() {
-                    c.insert(start + i, key);
-                }
-                t[0] = Some(clock.elapsed().as_nanos() as f64 / k as f64);
-                let clock = Instant::now();
-                for (i, &key) in keys.iter().enumerate() {
-                    c.remove(start + i, key);
-                }
-                t[1] = Some(clock.elapsed().as_nanos() as f64 / k as f64);
-                let clock = Instant::now();
+                // Untimed pass: bring this structure (and the allocator) back
+                // into cache after the other contenders ran.
                 for (i, &key) in keys.iter().enumerate() {
                     c.insert(start + i, key);
                     c.remove(start + i, key);
                 }
-                t[2] = Some(clock.elapsed().as_nanos() as f64 / k as f64);
-                let clock = Instant::now();
+                // Pairs first: the size stays at n, as in steady state.
+                let clock = Stopwatch::start(cfg.clock);
+                for (i, &key) in keys.iter().enumerate() {
+                    c.insert(start + i, key);
+                    c.remove(start + i, key);
+                }
+                t[2] = Some(clock.ns_per(k));
+                let clock = Stopwatch::start(cfg.clock);
+                for (i, &key) in keys.iter().enumerate() {
+                    c.insert(start + i, key);
+                }
+                t[0] = Some(clock.ns_per(k));
+                let clock = Stopwatch::start(cfg.clock);
+                for (i, &key) in keys.iter().enumerate() {
+                    c.remove(start + i, key);
+                }
+                t[1] = Some(clock.ns_per(k));
+                let clock = Stopwatch::start(cfg.clock);
                 let mut supported = true;
-                for &key in &existing[start..start + k] {
+                for &key in existing {
                     supported &= c.replace(key, black_box(key ^ rep as u64));
                 }
-                t[3] = supported.then(|| clock.elapsed().as_nanos() as f64 / k as f64);
-                let clock = Instant::now();
+                t[3] = supported.then(|| clock.ns_per(k));
+                let clock = Stopwatch::start(cfg.clock);
                 let mut supported = true;
                 for (i, batch) in keys.chunks(8).enumerate() {
                     supported &= c.batch_insert(start + 8 * i, batch);
                 }
                 if supported {
-                    t[4] = Some(clock.elapsed().as_nanos() as f64 / (k / 8) as f64);
-                    let clock = Instant::now();
+                    t[4] = Some(clock.ns_per(k / 8));
+                    let clock = Stopwatch::start(cfg.clock);
                     for (i, batch) in keys.chunks(8).enumerate() {
                         c.batch_remove(start + 8 * i, batch);
                     }
-                    t[5] = Some(clock.elapsed().as_nanos() as f64 / (k / 8) as f64);
+                    t[5] = Some(clock.ns_per(k / 8));
                 }
                 // The first round is a warm-up.
                 if rep > 0 {
