@@ -1,0 +1,318 @@
+//! Fuzz target: `AddrIndex` under adversarial ranges (0, `u64::MAX`, empty,
+//! inverted, adjacent, overlapping, many ranges per module) checked against a
+//! linear-scan oracle: every insert's result or error variant, that a
+//! rejected insert changes nothing, removes, `lookup`, `module_address`,
+//! `get`, `ranges_of`, `bounds` and the counts, with the invariant checker
+//! after every operation.
+//!
+//! `cargo +nightly fuzz run addr_index -- -max_total_time=60`
+
+#![no_main]
+
+use arbitrary::Arbitrary;
+use latchtree::{AddrIndex, AddrIndexError, ModuleId};
+use libfuzzer_sys::fuzz_target;
+use std::ops::Range;
+
+/// An address, biased toward the edges and toward a small neighbourhood
+/// where ranges meet and overlap.
+#[derive(Arbitrary, Debug, Clone, Copy)]
+enum Addr {
+    Zero,
+    Max,
+    /// `u64::MAX - n`.
+    NearMax(u8),
+    /// A small address: ranges built from these collide often.
+    Small(u8),
+    Any(u64),
+}
+
+impl Addr {
+    fn get(self) -> u64 {
+        match self {
+            Addr::Zero => 0,
+            Addr::Max => u64::MAX,
+            Addr::NearMax(n) => u64::MAX - u64::from(n),
+            Addr::Small(n) => u64::from(n),
+            Addr::Any(a) => a,
+        }
+    }
+}
+
+/// A module to look up by: one the oracle knows (live or removed), by
+/// index, or an arbitrary id.
+#[derive(Arbitrary, Debug, Clone, Copy)]
+enum Which {
+    Known(u8),
+    Unknown,
+}
+
+#[derive(Arbitrary, Debug)]
+enum Op {
+    Insert(Addr, Addr, u32),
+    InsertModule(Vec<(Addr, Addr)>, u32),
+    Remove(Which),
+    Lookup(Addr),
+    Get(Which),
+    Snapshot,
+}
+
+/// One module as the oracle knows it.
+struct Module {
+    id: ModuleId,
+    ranges: Vec<Range<u64>>,
+    value: u32,
+    live: bool,
+}
+
+/// The linear-scan oracle.
+struct Oracle {
+    modules: Vec<Module>,
+    /// The last id the index handed out (ids are never reused).
+    last_id: Option<ModuleId>,
+    /// Mints ids for [`Oracle::unknown_id`].
+    minter: AddrIndex<()>,
+}
+
+impl Oracle {
+    fn live(&self) -> impl Iterator<Item = &Module> {
+        self.modules.iter().filter(|m| m.live)
+    }
+
+    /// The live range containing `addr`, with its module.
+    fn find(&self, addr: u64) -> Option<(&Range<u64>, &Module)> {
+        self.live()
+            .flat_map(|m| m.ranges.iter().map(move |r| (r, m)))
+            .find(|(r, _)| r.contains(&addr))
+    }
+
+    /// The id `which` names: a module the oracle knows (live or removed),
+    /// or one the index never handed out.
+    fn id_of(&mut self, which: Which) -> ModuleId {
+        match which {
+            Which::Known(i) if !self.modules.is_empty() => {
+                self.modules[usize::from(i) % self.modules.len()].id
+            }
+            Which::Known(_) | Which::Unknown => self.unknown_id(),
+        }
+    }
+
+    /// An id the index never handed out. `ModuleId` has no constructor:
+    /// mint ids from a scratch index (they count up from 1, like the real
+    /// index's) until one is past every id the real index gave out.
+    fn unknown_id(&mut self) -> ModuleId {
+        loop {
+            let id = self.minter.insert(0..1, ()).expect("valid range");
+            assert!(self.minter.remove(id));
+            if self.last_id.is_none_or(|last| id > last) {
+                return id;
+            }
+        }
+    }
+
+    fn module(&self, id: ModuleId) -> Option<&Module> {
+        self.live().find(|m| m.id == id)
+    }
+
+    /// The error `insert_module(ranges)` must return, if any.
+    fn expected_error(&self, ranges: &[Range<u64>]) -> Result<(), Expected> {
+        if ranges.is_empty() {
+            return Err(Expected::Exact(AddrIndexError::NoRanges));
+        }
+        for r in ranges {
+            if r.start == r.end {
+                return Err(Expected::Exact(AddrIndexError::EmptyRange(r.clone())));
+            }
+            if r.start > r.end {
+                return Err(Expected::Exact(AddrIndexError::InvertedRange(r.clone())));
+            }
+        }
+        let mut sorted = ranges.to_vec();
+        sorted.sort_by_key(|r| r.start);
+        if let Some(w) = sorted.windows(2).find(|w| w[0].end > w[1].start) {
+            let ties = sorted.windows(2).any(|w| w[0].start == w[1].start);
+            return Err(if ties {
+                // Equal starts: the index's unstable sort may pick either
+                // order, and so another first pair.
+                Expected::SomeSelfOverlap
+            } else {
+                Expected::Exact(AddrIndexError::SelfOverlap(w[0].clone(), w[1].clone()))
+            });
+        }
+        for r in &sorted {
+            // The lowest registered range that overlaps `r` is reported
+            // (for several new ranges: the lowest new one that overlaps).
+            let lowest = self
+                .live()
+                .flat_map(|m| m.ranges.iter().map(move |e| (e, m.id)))
+                .filter(|(e, _)| e.start < r.end && e.end > r.start)
+                .min_by_key(|(e, _)| e.start);
+            if let Some((e, id)) = lowest {
+                return Err(Expected::Exact(AddrIndexError::Overlap {
+                    range: r.clone(),
+                    existing: e.clone(),
+                    module: id,
+                }));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What a rejected insert must say.
+#[derive(Debug)]
+enum Expected {
+    Exact(AddrIndexError),
+    /// `SelfOverlap(a, b)` with `a`, `b` two of the given ranges that
+    /// overlap, `a` starting no later than `b`.
+    SomeSelfOverlap,
+}
+
+/// `insert_module(ranges, value)`, or `insert(range, value)` when `single`
+/// holds (then `ranges` has one element), checked against the oracle.
+fn insert(
+    index: &AddrIndex<u32>,
+    oracle: &mut Oracle,
+    ranges: Vec<Range<u64>>,
+    value: u32,
+    single: bool,
+) {
+    let want = oracle.expected_error(&ranges);
+    let (snapshot, writes) = (index.snapshot(), index.stats().writes);
+    let got = if single {
+        index.insert(ranges[0].clone(), value)
+    } else {
+        index.insert_module(ranges.clone(), value)
+    };
+    match (got, want) {
+        (Ok(id), Ok(())) => {
+            if let Some(last) = oracle.last_id {
+                assert!(id > last, "id {id} after {last}: reused or not increasing");
+            }
+            oracle.last_id = Some(id);
+            let mut sorted = ranges;
+            sorted.sort_by_key(|r| r.start);
+            oracle.modules.push(Module {
+                id,
+                ranges: sorted,
+                value,
+                live: true,
+            });
+        }
+        (Err(e), Err(want)) => {
+            match want {
+                Expected::Exact(want) => assert_eq!(e, want),
+                Expected::SomeSelfOverlap => {
+                    let AddrIndexError::SelfOverlap(a, b) = &e else {
+                        panic!("insert_module({ranges:?}) = {e:?}, want SelfOverlap");
+                    };
+                    assert!(ranges.contains(a) && ranges.contains(b), "{e:?}: not given");
+                    assert!(a.start <= b.start && a.end > b.start, "{e:?}: no overlap");
+                }
+            }
+            // A rejected insert changes nothing, not even the write count.
+            assert_eq!(
+                index.snapshot(),
+                snapshot,
+                "rejected insert changed the index"
+            );
+            assert_eq!(index.stats().writes, writes, "rejected insert wrote");
+            assert!(!e.to_string().is_empty());
+        }
+        (got, want) => panic!("insert_module({ranges:?}) = {got:?}, want {want:?}"),
+    }
+}
+
+/// Checks every read-side answer for `addr`.
+fn check_addr(index: &AddrIndex<u32>, oracle: &Oracle, addr: u64) {
+    let want = oracle.find(addr);
+    let got = index.lookup(addr);
+    assert_eq!(
+        got.map(|h| (h.range(), h.id())),
+        want.map(|(r, m)| (r.clone(), m.id)),
+        "lookup({addr:#x})"
+    );
+    if let Some(h) = got {
+        assert_eq!(h.offset(addr), addr - h.range().start);
+    }
+    let guard = latchtree::pin();
+    let hit = index.module_address(addr, &guard);
+    assert_eq!(
+        hit.map(|h| (h.range(), h.id(), *h.value())),
+        want.map(|(r, m)| (r.clone(), m.id, m.value)),
+        "module_address({addr:#x})"
+    );
+}
+
+fuzz_target!(|ops: Vec<Op>| {
+    let index = AddrIndex::new();
+    let mut oracle = Oracle {
+        modules: Vec::new(),
+        last_id: None,
+        minter: AddrIndex::new(),
+    };
+    for op in ops {
+        match op {
+            Op::Insert(s, e, v) => {
+                let range = s.get()..e.get();
+                insert(&index, &mut oracle, [range].to_vec(), v, true);
+            }
+            Op::InsertModule(rs, v) => {
+                let ranges = rs.iter().map(|(s, e)| s.get()..e.get()).collect();
+                insert(&index, &mut oracle, ranges, v, false);
+            }
+            Op::Remove(which) => {
+                let id = oracle.id_of(which);
+                let live = oracle.module(id).is_some();
+                assert_eq!(index.remove(id), live, "remove({id})");
+                if let Some(m) = oracle.modules.iter_mut().find(|m| m.id == id && m.live) {
+                    m.live = false;
+                }
+            }
+            Op::Lookup(a) => {
+                let addr = a.get();
+                check_addr(&index, &oracle, addr);
+                // The neighbours: range edges are where off-by-ones live.
+                check_addr(&index, &oracle, addr.wrapping_sub(1));
+                check_addr(&index, &oracle, addr.wrapping_add(1));
+            }
+            Op::Get(which) => {
+                let id = oracle.id_of(which);
+                let m = oracle.module(id);
+                let guard = latchtree::pin();
+                assert_eq!(index.get(id, &guard), m.map(|m| &m.value), "get({id})");
+                assert_eq!(
+                    index.ranges_of(id),
+                    m.map(|m| m.ranges.clone()),
+                    "ranges_of({id})"
+                );
+            }
+            Op::Snapshot => {
+                let mut want: Vec<(Range<u64>, ModuleId)> = oracle
+                    .live()
+                    .flat_map(|m| m.ranges.iter().map(move |r| (r.clone(), m.id)))
+                    .collect();
+                want.sort_by_key(|(r, _)| r.start);
+                assert_eq!(index.snapshot(), want);
+            }
+        }
+        // After every operation (a rejected insert included): the counts,
+        // the bounds and the structure match the oracle.
+        if let Err(e) = index.check_invariants() {
+            panic!("invariant broken: {e}");
+        }
+        let ranges = oracle.live().map(|m| m.ranges.len()).sum::<usize>();
+        assert_eq!(index.len(), ranges);
+        assert_eq!(index.is_empty(), ranges == 0);
+        assert_eq!(index.module_count(), oracle.live().count());
+        let lo = oracle
+            .live()
+            .flat_map(|m| m.ranges.iter().map(|r| r.start))
+            .min();
+        let hi = oracle
+            .live()
+            .flat_map(|m| m.ranges.iter().map(|r| r.end))
+            .max();
+        assert_eq!(index.bounds(), lo.zip(hi).map(|(lo, hi)| lo..hi));
+    }
+});
