@@ -224,11 +224,10 @@ impl<K, V> LatchTree<K, V> {
         attempt: impl FnMut(crate::raw::View<'g, Node<K, V>>) -> Option<R>,
     ) -> R {
         self.reclaim.check_guard(guard);
-        // SAFETY: `guard` pins this tree's collector (checked above) for 'g,
-        // and a node is retired through that collector only after it left
-        // both copies, so every node this read can reach stays allocated
-        // while `guard` lives; nodes are freed by `Drop` only, which needs
-        // `&mut self`, impossible while `&'g self` is held.
+        // `guard` pins this tree's collector (checked above) for 'g, and a
+        // node is retired through it only after it left both copies; `Drop`
+        // frees the rest and needs `&mut self`, impossible while `&'g self`.
+        // SAFETY: so every node this read can reach stays allocated for 'g.
         unsafe { self.raw.read(attempt) }
     }
 }
@@ -532,11 +531,10 @@ impl<K, V> Drop for Retiring<'_, K, V> {
         };
         let guard = self.reclaim.pin();
         for node in core::iter::once(first).chain(self.rest.drain(..)) {
-            // SAFETY: each node was released by a finished transaction: it
-            // left both copies (or was never in a copy readers could
-            // validate), so readers that pin from now on cannot reach it;
-            // it came from `Node::alloc` (a leaked `Box`) and is released
-            // exactly once.
+            // Each node was released by a finished transaction: it left both
+            // copies (or was never in one readers could validate).
+            // SAFETY: unreachable for later pins, from `Node::alloc` (a
+            // leaked `Box`), released exactly once; `guard` is ours.
             unsafe { self.reclaim.retire(&guard, node) };
         }
     }

@@ -172,10 +172,10 @@ fn scan(counters_only: bool) -> Scan {
         counters_only,
         ..Scan::default()
     };
-    // SAFETY: `scan_one` matches the callback type dl_iterate_phdr expects
-    // and treats `data` as the `*mut Scan` passed here, which stays
-    // exclusively borrowed (and alive) until dl_iterate_phdr returns; the
-    // callback never unwinds across the FFI boundary (no panicking code).
+    // `scan_one` matches the callback type dl_iterate_phdr expects and never
+    // unwinds across the FFI boundary (no panicking code).
+    // SAFETY: it treats `data` as the `*mut Scan` passed here, exclusively
+    // borrowed and alive until dl_iterate_phdr returns.
     unsafe { libc::dl_iterate_phdr(Some(scan_one), ptr::from_mut(&mut scan).cast()) };
     scan
 }
@@ -362,14 +362,14 @@ fn vdso_symbols(at: u64, file_size: u64) -> (SymbolTable, String) {
             "no symbols (vDSO address unusable)".to_owned(),
         );
     };
-    // SAFETY: `at` is the vDSO's `AT_SYSINFO_EHDR` (checked by the caller),
+    // `at` is the vDSO's `AT_SYSINFO_EHDR` (checked by the caller),
     // page-aligned (checked above), where the kernel maps the `PT_LOAD`
     // segment at file offset 0 readable for the life of the process and never
-    // writes it. Mappings are whole pages, so the `len` bytes (its file size
-    // rounded up to a page) are all mapped and readable. The address comes
-    // from the auxiliary vector, not from a Rust allocation, hence exposed
-    // provenance. The slice is dropped before returning; the parser
-    // bounds-checks every read against it.
+    // writes it; mappings are whole pages, so the `len` bytes (its file size
+    // rounded up to a page) are mapped. The address comes from the auxiliary
+    // vector, not a Rust allocation, hence exposed provenance.
+    // SAFETY: so `len` bytes at `at` are readable and immutable while the
+    // slice (dropped before returning) lives.
     let image = unsafe { slice::from_raw_parts(ptr::with_exposed_provenance::<u8>(at), len) };
     match SymbolTable::parse(image) {
         Ok(table) => (table, "vDSO image in memory".to_owned()),

@@ -70,10 +70,10 @@ pub(crate) fn return_addresses(max: usize) -> Vec<u64> {
         ips: Vec::with_capacity(max),
         max,
     };
-    // SAFETY: `on_frame` has the callback signature the unwinder expects and
-    // treats `arg` as the `*mut Walk` given here, which outlives the call and
-    // is not otherwise touched until it returns. The callback does not
+    // `on_frame` has the callback signature the unwinder expects and does not
     // unwind (its only fallible step, the push, has capacity reserved).
+    // SAFETY: it treats `arg` as the `*mut Walk` given here, which outlives
+    // the call and is not otherwise touched until it returns.
     unsafe { _Unwind_Backtrace(on_frame, std::ptr::from_mut(&mut walk).cast()) };
     walk.ips
 }

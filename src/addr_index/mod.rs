@@ -343,11 +343,11 @@ impl<T> AddrIndex<T> {
     pub fn module_address<'g>(&'g self, addr: u64, guard: &'g Guard) -> Option<Hit<'g, T>> {
         self.modules.check_guard(guard);
         let (raw, module) = self.read(|view| self.find(view, addr))?;
-        // SAFETY: `module` was read from a node that, by validation, was
-        // linked in a stable copy for the whole read, so its module record
-        // was in the module table then; records are retired through the
-        // epoch only after their ranges left both copies, and `guard` was
-        // pinned before the read began, so the record outlives `guard`.
+        // `module` was read from a node that, by validation, was linked in a
+        // stable copy for the whole read, so its record was in the module
+        // table then; records are retired through the epoch only after their
+        // ranges left both copies, and `guard` was pinned before the read.
+        // SAFETY: so the record is live and immutable for as long as `guard`.
         let module = unsafe { &*module };
         Some(Hit {
             raw,

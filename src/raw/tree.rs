@@ -228,10 +228,10 @@ impl<N: Linked, W> RawTree<N, W> {
                 s.latch.flip(); // even: readers move to the new copy 0
                 let side = Side::new(&s.roots[1], 1);
                 for op in log.iter() {
-                    // SAFETY: the ops were valid on copy 0 in this order, and
-                    // copy 1 had the same shape before the first one, so each
-                    // is valid on copy 1 too; no node is released before this
-                    // loop ends.
+                    // The ops were valid on copy 0 in this order, and copy 1
+                    // had the same shape before the first one.
+                    // SAFETY: so each is valid on copy 1 too; no node is
+                    // released before this loop ends.
                     unsafe {
                         match *op {
                             Op::Insert { node, parent, dir } => side.insert(node, parent, dir),
