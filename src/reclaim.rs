@@ -1,7 +1,7 @@
 //! The reclamation seam: how nodes that left both copies are freed.
 //!
 //! Normally a retired node is handed to crossbeam-epoch and freed once every
-//! guard pinned before the retirement is gone. Under `cfg(loom)` the epoch is
+//! guard pinned before the retirement is gone. Under `cfg(latchtree_loom)` the epoch is
 //! invisible to the model checker (crossbeam keys its own loom support on a
 //! different cfg), so retired nodes go to a graveyard that is emptied when
 //! the tree is dropped, at the end of the model: loom then explores the latch
@@ -14,7 +14,7 @@ use crossbeam_epoch::{Collector, Guard};
 pub(crate) struct Reclaimer {
     /// `None`: crossbeam-epoch's default (global) collector.
     collector: Option<Collector>,
-    #[cfg(loom)]
+    #[cfg(latchtree_loom)]
     graveyard: std::sync::Mutex<Vec<Retired>>,
 }
 
@@ -27,7 +27,7 @@ impl core::fmt::Debug for Reclaimer {
 }
 
 /// A type-erased `Box<T>` waiting to be dropped.
-#[cfg_attr(not(loom), allow(dead_code))]
+#[cfg_attr(not(latchtree_loom), allow(dead_code))]
 struct Retired {
     ptr: NonNull<u8>,
     drop: unsafe fn(NonNull<u8>),
@@ -52,7 +52,7 @@ impl Reclaimer {
         pub(crate) fn global() -> Self {
             Reclaimer {
                 collector: None,
-                #[cfg(loom)]
+                #[cfg(latchtree_loom)]
                 graveyard: std::sync::Mutex::new(Vec::new()),
             }
         }
@@ -62,7 +62,7 @@ impl Reclaimer {
     pub(crate) fn with_collector(collector: Collector) -> Self {
         Reclaimer {
             collector: Some(collector),
-            #[cfg(loom)]
+            #[cfg(latchtree_loom)]
             graveyard: std::sync::Mutex::new(Vec::new()),
         }
     }
@@ -101,14 +101,14 @@ impl Reclaimer {
     /// pins this reclaimer's collector.
     pub(crate) unsafe fn retire<T>(&self, guard: &Guard, ptr: NonNull<T>) {
         let ptr = ptr.cast::<u8>();
-        #[cfg(not(loom))]
+        #[cfg(not(latchtree_loom))]
         {
             // SAFETY: pinned readers that can still see `ptr` keep the epoch
             // from advancing past it (caller: it is unreachable for later
             // pins), so the destructor runs after the last of them unpins.
             unsafe { guard.defer_unchecked(move || drop_box::<T>(ptr)) };
         }
-        #[cfg(loom)]
+        #[cfg(latchtree_loom)]
         {
             let _ = guard;
             self.graveyard
@@ -122,7 +122,7 @@ impl Reclaimer {
     }
 }
 
-#[cfg(loom)]
+#[cfg(latchtree_loom)]
 impl Drop for Reclaimer {
     fn drop(&mut self) {
         let graves = core::mem::take(self.graveyard.get_mut().unwrap_or_else(|e| e.into_inner()));

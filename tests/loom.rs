@@ -1,10 +1,10 @@
 //! Loom models of the latch protocol, through the public API.
 //!
 //! Run with
-//! `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 cargo test --release --test loom`
+//! `RUSTFLAGS="--cfg latchtree_loom" LOOM_MAX_PREEMPTIONS=2 cargo test --release --test loom`
 //! (use a separate target dir: the cfg changes every crate's build).
 //!
-//! Under `cfg(loom)` the crate's atomics, fences and locks are loom's
+//! Under `cfg(latchtree_loom)` the crate's atomics, fences and locks are loom's
 //! (`src/sync.rs`), and retired nodes go to a graveyard freed when the tree
 //! drops (`src/reclaim.rs`). crossbeam-epoch is plain code here: readers pin
 //! it as usual, loom does not explore it.
@@ -24,7 +24,7 @@
 //! | `relaxed_link` | `batch_is_all_or_nothing`, `flip_with_concurrent_reader` (causality violation), `insert_double_rotation_races_lookup` |
 //! | `no_depth_cap` | `rollback_races_lookup` (the reader never stops: loom's branch limit) |
 
-#![cfg(loom)]
+#![cfg(latchtree_loom)]
 
 use latchtree::{AddrIndex, LatchTree};
 use loom::cell::UnsafeCell;

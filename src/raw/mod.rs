@@ -32,5 +32,5 @@ mod tree;
 pub(crate) use links::{Dir, Linked, Links};
 pub(crate) use tree::{RawTree, Slot, Txn, View};
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(latchtree_loom)))]
 mod tests;

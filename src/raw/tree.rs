@@ -340,14 +340,14 @@ impl<N: Linked, W> RawTree<N, W> {
 /// destructor, so it works even during thread-local destruction); 0 under
 /// loom, whose threads share one OS thread.
 fn this_thread() -> usize {
-    #[cfg(not(loom))]
+    #[cfg(not(latchtree_loom))]
     {
         std::thread_local! {
             static MARK: u8 = const { 0 };
         }
         MARK.try_with(|m| ptr::from_ref(m).addr()).unwrap_or(0)
     }
-    #[cfg(loom)]
+    #[cfg(latchtree_loom)]
     {
         0
     }
