@@ -88,6 +88,8 @@
 
 mod addr_index;
 mod latch_tree;
+#[cfg(all(feature = "objects", target_os = "linux", target_pointer_width = "64"))]
+mod objects;
 mod raw;
 mod reclaim;
 mod stats;
@@ -96,6 +98,10 @@ mod sync;
 pub use addr_index::{AddrIndex, AddrIndexError, Hit, ModuleId, RawHit};
 pub use crossbeam_epoch::{Collector, Guard, LocalHandle, pin};
 pub use latch_tree::{Batch, LatchTree};
+#[cfg(all(feature = "objects", target_os = "linux", target_pointer_width = "64"))]
+pub use objects::{
+    BuildId, LoadCounters, LoadSegment, NoteError, ObjectInfo, ObjectKind, Problem, ProblemKind,
+};
 pub use stats::Stats;
 
 /// The README's examples, compiled and run as doctests.
