@@ -1,6 +1,7 @@
 //! Hand timing: medians of round-robin repetitions (single thread), and
 //! timed reader/writer runs (several threads).
 
+pub(crate) use latchtree_benches::thread_cpu::thread_cpu;
 use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Barrier, OnceLock};
@@ -156,19 +157,6 @@ pub(crate) struct ConcResult {
     pub(crate) reader_cpu_ns: f64,
     /// Updates per second the writer completed (0 without a writer).
     pub(crate) writer_ops_s: f64,
-}
-
-/// CPU time consumed by the calling thread.
-pub(crate) fn thread_cpu() -> Duration {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec and the clock id is one
-    // Linux supports; clock_gettime writes nothing else.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    assert_eq!(rc, 0, "clock_gettime(CLOCK_THREAD_CPUTIME_ID)");
-    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 
 /// Runs `readers` reader threads (each built by `make_reader` on its own

@@ -10,7 +10,7 @@
 //! `DIR/lookup.svg` and `DIR/readers.svg`.
 //!
 //! ```text
-//! cargo run --release --example compare -- [--quick] [--wall] [--readers-max N] [--out DIR]
+//! cargo run --release -p latchtree-benches --bin compare -- [--quick] [--wall] [--readers-max N] [--out DIR]
 //! ```
 //!
 //! * `--quick`: tiny sizes and durations (CI smoke mode, a few seconds).
@@ -33,11 +33,10 @@ mod concurrent;
 mod lookups;
 mod measure;
 mod memory;
-mod peers;
 mod report;
-mod workload;
 mod writes;
 
+use latchtree_benches::{peers, workload};
 use report::{Row, find};
 use std::error::Error;
 use std::path::PathBuf;
