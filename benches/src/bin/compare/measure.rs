@@ -134,7 +134,7 @@ pub(crate) enum WriterMode {
     None,
     /// Updates back to back.
     Tight,
-    /// This many updates per second, evenly spread (sleeping in between).
+    /// This many updates per second, evenly spread (see `concurrent`).
     Paced(u64),
 }
 
@@ -224,14 +224,23 @@ where
                         }
                     }
                     WriterMode::Paced(per_s) => {
+                        // Evenly spread: write `i` is due at `i / per_s`
+                        // seconds. Sleep while the next one is far off
+                        // (Linux oversleeps by ~50 µs), yield when it is
+                        // close, so that a fast rate is not turned into
+                        // bursts.
+                        let period_ns = 1_000_000_000 / u128::from(per_s.max(1));
                         while !stop.load(Ordering::Relaxed) {
-                            let due = (t0.elapsed().as_nanos() * u128::from(per_s) / 1_000_000_000)
-                                as usize;
-                            while done < due {
+                            let due = u128::try_from(done).unwrap_or(u128::MAX) * period_ns;
+                            let now = t0.elapsed().as_nanos();
+                            if now >= due {
                                 write(done);
                                 done += 1;
+                            } else if due - now > 100_000 {
+                                std::thread::sleep(Duration::from_micros(50));
+                            } else {
+                                std::thread::yield_now();
                             }
-                            std::thread::sleep(Duration::from_micros(50));
                         }
                     }
                     WriterMode::None => unreachable!(),
