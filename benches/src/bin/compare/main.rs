@@ -409,7 +409,7 @@ fn main() -> Result<(), Box<dyn Error>> {
     );
     println!("writer: updates/s completed by the writer thread (one insert or one remove each)");
     println!();
-    println!("targets (issues \"core\" and \"benchmarks\"):");
+    println!("targets (issue \"Performance II\"; ratios measured in this run):");
     for t in targets(&rows, cfg.readers_max) {
         println!("  {t}");
     }
