@@ -1,5 +1,6 @@
-//! A **latched red-black tree**: an ordered map whose readers never block,
-//! never wait for a writer and never write shared memory, and on top of it an
+//! A **latched red-black tree**: an ordered map whose readers never block and
+//! never wait for a writer (and write no shared memory unless a write lands
+//! during their read: then they retry, and count the retry), and on top of it an
 //! **address-range index** whose [`AddrIndex::lookup`] answers "which module
 //! contains this address" from any thread — including a signal handler that
 //! interrupted the very thread that is registering a module.
