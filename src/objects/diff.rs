@@ -10,8 +10,6 @@ pub(crate) struct Diff<Id> {
     pub(crate) added: Vec<usize>,
     /// The known objects the scan no longer shows (sorted).
     pub(crate) removed: Vec<Id>,
-    /// How many known objects the scan still shows.
-    pub(crate) unchanged: usize,
 }
 
 /// Matches the objects a scan found (`current`, by key) against the known
@@ -31,20 +29,14 @@ where
         unmatched.entry(key).or_default().push(id);
     }
     let mut added = Vec::new();
-    let mut unchanged = 0;
     for (i, key) in current.into_iter().enumerate() {
-        match unmatched.get_mut(&key).and_then(Vec::pop) {
-            Some(_) => unchanged += 1,
-            None => added.push(i),
+        if unmatched.get_mut(&key).and_then(Vec::pop).is_none() {
+            added.push(i);
         }
     }
     let mut removed: Vec<Id> = unmatched.into_values().flatten().collect();
     removed.sort_unstable();
-    Diff {
-        added,
-        removed,
-        unchanged,
-    }
+    Diff { added, removed }
 }
 
 #[cfg(test)]
@@ -58,8 +50,7 @@ mod tests {
             d,
             Diff {
                 added: vec![],
-                removed: vec![],
-                unchanged: 2
+                removed: vec![]
             }
         );
     }
@@ -74,8 +65,7 @@ mod tests {
             d,
             Diff {
                 added: vec![1, 3],
-                removed: vec![2],
-                unchanged: 2
+                removed: vec![2]
             }
         );
     }
@@ -83,16 +73,16 @@ mod tests {
     #[test]
     fn from_nothing_and_to_nothing() {
         let d = diff::<&str, u32>([], ["a", "b"]);
-        assert_eq!((d.added, d.removed, d.unchanged), (vec![0, 1], vec![], 0));
+        assert_eq!((d.added, d.removed), (vec![0, 1], vec![]));
         let d = diff([("a", 5), ("b", 4)], []);
-        assert_eq!((d.added, d.removed, d.unchanged), (vec![], vec![4, 5], 0));
+        assert_eq!((d.added, d.removed), (vec![], vec![4, 5]));
     }
 
     #[test]
     fn duplicate_keys_match_one_for_one() {
         let d = diff([("x", 1), ("x", 2)], ["x"]);
-        assert_eq!((d.added, d.removed.len(), d.unchanged), (vec![], 1, 1));
+        assert_eq!((d.added, d.removed.len()), (vec![], 1));
         let d = diff([("x", 1)], ["x", "x"]);
-        assert_eq!((d.added, d.removed, d.unchanged), (vec![1], vec![], 1));
+        assert_eq!((d.added, d.removed), (vec![1], vec![]));
     }
 }

@@ -27,7 +27,6 @@ pub(crate) const PF_R: u32 = 4;
 /// let main = objects.lookup(main as *const () as u64).unwrap();
 /// assert_eq!(objects.object(main.id()).unwrap().info().kind(), ObjectKind::MainProgram);
 /// # }
-/// # fn main() {}
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ObjectKind {
@@ -123,7 +122,6 @@ impl LoadSegment {
 /// assert_eq!(pc - info.bias(), hit.link_address());
 /// assert!(info.segments().iter().any(|s| s.range.contains(&pc) && s.is_executable()));
 /// # }
-/// # fn main() {}
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ObjectInfo {
