@@ -605,8 +605,9 @@ impl<T: Send + Sync + 'static> AddrIndex<T> {
         if live.len() != self.tables[0].live() {
             return Err("module count disagrees with the table".into());
         }
-        if tables[0].len() > 16 && tables[0].len() > 2 * live.len() {
-            return Err(format!("{} slots for {} modules: not compacted", tables[0].len(), live.len()));
+        let tombstones = tables[0].len() - live.len();
+        if tombstones > live.len().max(record::COMPACT_MIN) {
+            return Err(format!("{tombstones} tombstones for {} modules: not compacted", live.len()));
         }
         let mut owned = 0;
         for &&(id, rec) in &live {

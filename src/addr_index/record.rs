@@ -159,7 +159,7 @@ impl Dirty {
 }
 
 /// Compact once `len` exceeds this and tombstones outnumber live slots.
-const COMPACT_MIN: usize = 16;
+pub(crate) const COMPACT_MIN: usize = 16;
 
 impl<T> Table<T> {
     crate::sync::const_fn_unless_loom! {
