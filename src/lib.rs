@@ -96,7 +96,10 @@ mod reclaim;
 mod stats;
 mod sync;
 
-pub use addr_index::{AddrIndex, AddrIndexError, Hit, ModuleId, RawHit};
+pub use addr_index::{
+    AddrIndex, AddrIndexError, Hit, IndexBatch, InsertError, ModuleId, ModuleMeta, ModuleRef, RawHit,
+    Removed, Segment,
+};
 pub use crossbeam_epoch::{Collector, Guard, LocalHandle, pin};
 pub use latch_tree::{Batch, LatchTree};
 #[cfg(all(feature = "objects", target_os = "linux", target_pointer_width = "64"))]

@@ -364,7 +364,7 @@ fn bench_write<M: Measurement>(c: &mut Criterion<M>) {
 
         // Every structure still holds exactly the original ranges.
         assert_eq!(p.tree.len(), n);
-        assert_eq!(p.index.len(), n);
+        assert_eq!(p.index.range_count(), n);
         assert_eq!(p.map.len(), n);
         assert_eq!(p.pl_rw.read().len(), n);
         assert_eq!(p.swap.load().len(), n);

@@ -68,7 +68,7 @@ impl Writes for AddrWrites {
     }
     fn remove(&mut self, slot: usize, _: u64) {
         let id = self.ids[slot].take().expect("inserted");
-        assert!(self.index.remove(id));
+        assert!(self.index.remove(id).is_some());
     }
     fn replace(&mut self, _: u64, _: u64) -> bool {
         false
@@ -83,7 +83,7 @@ impl Writes for AddrWrites {
     }
     fn batch_remove(&mut self, first_slot: usize, _: &[u64]) {
         let id = self.ids[first_slot].take().expect("inserted");
-        assert!(self.index.remove(id));
+        assert!(self.index.remove(id).is_some());
     }
 }
 
