@@ -97,14 +97,15 @@ mod stats;
 mod sync;
 
 pub use addr_index::{
-    AddrIndex, AddrIndexError, Hit, IndexBatch, InsertError, ModuleId, ModuleMeta, ModuleRef, RawHit,
-    Removed, Segment,
+    AddrIndex, AddrIndexError, Hit, IndexBatch, InsertError, ModuleId, ModuleMeta, ModuleRef,
+    RawHit, Removed, Segment,
 };
 pub use crossbeam_epoch::{Collector, Guard, LocalHandle, pin};
 pub use latch_tree::{Batch, LatchTree};
 #[cfg(all(feature = "objects", target_os = "linux", target_pointer_width = "64"))]
 pub use objects::{
-    BuildId, LoadCounters, LoadSegment, NoteError, ObjectInfo, ObjectKind, Problem, ProblemKind,
+    BuildId, LoadCounters, LoadSegment, LoadedObjects, NoteError, ObjectHit, ObjectInfo,
+    ObjectKind, ObjectRef, Problem, ProblemKind, Refresh,
 };
 pub use stats::Stats;
 

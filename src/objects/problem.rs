@@ -95,7 +95,8 @@ pub enum ProblemKind {
     /// nor the vDSO): its path is empty.
     NoPath,
     /// The index refused the object (its segments overlap another object's):
-    /// it is left out (and not reported again while it stays).
+    /// it is left out, tried again on every rescan (the other object may be
+    /// gone by then) and not reported again while it stays.
     Rejected(crate::AddrIndexError),
 }
 
