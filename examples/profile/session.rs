@@ -15,9 +15,8 @@ pub(crate) struct Outcome {
     pub(crate) profile: Profile,
     /// Samples lost to a full ring.
     pub(crate) dropped: usize,
-    /// The library's path and build id, as the index knew it.
+    /// The library's path, as the index knew it.
     pub(crate) library: String,
-    pub(crate) library_build_id: Option<String>,
     /// Whether `dlclose` really unmapped the library (it does not if
     /// something else had loaded it before).
     pub(crate) library_unmapped: bool,
@@ -121,7 +120,6 @@ pub(crate) fn run(per_phase: usize, deadline: Duration) -> Result<Outcome, Strin
         profile,
         dropped: RING.dropped(),
         library: library.info().path().display().to_string(),
-        library_build_id: library.info().build_id().map(ToString::to_string),
         library_unmapped,
     };
     let forgotten = OBJECTS.forget_unloaded();

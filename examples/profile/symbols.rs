@@ -1,5 +1,6 @@
 //! Symbolizes recorded `(object id, link-time address)` samples after the
-//! fact with [blazesym](https://docs.rs/blazesym): each object's file is
+//! fact with [blazesym](https://docs.rs/blazesym) (symbol tables; Rust names
+//! demangled with rustc-demangle): each object's file is
 //! found by build id (a separate debug file under `/usr/lib/debug/.build-id/`
 //! if one is installed) or by path, and used only if its build id is the one
 //! the object had when it was sampled.
@@ -65,21 +66,26 @@ fn symbol_file(info: &ObjectInfo) -> Result<PathBuf, String> {
         }
     }
     candidates.push(info.path().to_path_buf());
-    for path in candidates.into_iter().filter(|p| p.exists()) {
-        let on_disk = blazesym::helper::read_elf_build_id(&path)
-            .map_err(|e| format!("{}: {e}", path.display()))?;
-        let expected = info.build_id().map(|id| id.as_bytes());
-        if on_disk.as_deref() == expected {
-            return Ok(path);
-        }
-        return Err(format!(
-            "{}: build id {} differs from the sampled object's {}",
-            path.display(),
-            on_disk.map_or_else(|| "none".to_owned(), |b| hex(&b)),
-            expected.map_or_else(|| "none".to_owned(), hex),
-        ));
+    let Some(path) = candidates.into_iter().find(|p| p.exists()) else {
+        return Err(format!("{}: no such file", info.path().display()));
+    };
+    let on_disk = blazesym::helper::read_elf_build_id(&path)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    let expected = info.build_id().map(|id| id.as_bytes());
+    if on_disk.as_deref() == expected {
+        return Ok(path);
     }
-    Err(format!("{}: no such file", info.path().display()))
+    Err(format!(
+        "{}: build id {} differs from the sampled object's {}",
+        path.display(),
+        on_disk.map_or_else(|| "none".to_owned(), |b| hex(&b)),
+        expected.map_or_else(|| "none".to_owned(), hex),
+    ))
+}
+
+/// A Rust name demangled (without its hash), anything else as it is.
+fn demangle(name: &str) -> String {
+    rustc_demangle::try_demangle(name).map_or_else(|_| name.to_owned(), |d| format!("{d:#}"))
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -129,7 +135,7 @@ pub(crate) fn symbolize(objects: &LoadedObjects, samples: &[Sample]) -> Profile 
                         unique
                             .iter()
                             .zip(symbols)
-                            .filter_map(|(&a, s)| Some((a, s.as_sym()?.name.to_string())))
+                            .filter_map(|(&a, s)| Some((a, demangle(&s.as_sym()?.name))))
                             .collect()
                     }
                     Err(e) => {

@@ -1,6 +1,6 @@
 //! A tiny sampling profiler: `SIGPROF` every millisecond of CPU time, and a
 //! handler that reads the interrupted program counter and calls
-//! [`AddrIndex::lookup`](latchtree::AddrIndex::lookup) on the live index,
+//! [`LoadedObjects::lookup`](latchtree::LoadedObjects::lookup) on the live index,
 //! inside the signal handler.
 //!
 //! The handler does only async-signal-safe things: one `lookup` (no lock, no
@@ -70,7 +70,7 @@ extern "C" fn on_sigprof(
     // SAFETY: installed with SA_SIGINFO, so `context` is the kernel's
     // `ucontext_t` of the interrupted code.
     let pc = unsafe { interrupted_pc(context) };
-    let id = crate::MODULES.lookup(pc).map_or(0, |hit| hit.id().get());
+    let id = crate::OBJECTS.lookup(pc).map_or(0, |hit| hit.id().get());
     let n = TAKEN.fetch_add(1, Ordering::Relaxed);
     if n < CAPACITY {
         PCS[n].store(pc, Ordering::Relaxed);
