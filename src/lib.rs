@@ -61,6 +61,11 @@
 //! assert_eq!((hit.id(), hit.offset(0x40_1234)), (id, 0x1234));
 //! ```
 //!
+//! **Profilers, symbolizers, JIT runtimes:** the [`guide`] says what a
+//! signal handler may call, what it should record, and how a sample still
+//! resolves after its module was unloaded (with a compiled example that
+//! installs a real handler).
+//!
 //! # Guarantees
 //!
 //! * **Readers never wait**, not for a writer on another thread, nor for one
@@ -88,6 +93,7 @@
 #![warn(rust_2018_idioms)]
 
 mod addr_index;
+pub mod guide;
 mod latch_tree;
 #[cfg(all(feature = "objects", target_os = "linux", target_pointer_width = "64"))]
 mod objects;

@@ -20,10 +20,10 @@
 //!   are clones: the index's reference outlives them until after the lock.
 
 use super::error::{AddrIndexError, InsertError};
+use super::queries::raw_hit;
 use super::record::{self, Dirty, Record};
 use super::slab::Fields;
 use super::types::{ModuleId, ModuleMeta, RawHit, Removed, Segment};
-use super::queries::raw_hit;
 use super::{AddrIndex, Ending, Node, Writer};
 use crate::raw::{Dir, Slot, Txn};
 use crate::sync::Ordering;
@@ -279,7 +279,12 @@ impl<T> IndexBatch<'_, T> {
     /// assert_eq!(*old, 'a');
     /// assert_eq!(index.lookup(5).unwrap().tag(), 7);
     /// ```
-    pub fn set_value(&mut self, id: ModuleId, value: T, tag: u64) -> Result<Arc<T>, InsertError<T>> {
+    pub fn set_value(
+        &mut self,
+        id: ModuleId,
+        value: T,
+        tag: u64,
+    ) -> Result<Arc<T>, InsertError<T>> {
         let Some(old) = self.record(id) else {
             return Err(InsertError::new(AddrIndexError::UnknownModule(id), value));
         };
@@ -335,8 +340,13 @@ impl<T> IndexBatch<'_, T> {
     /// ```
     pub fn ranges_of(&self, id: ModuleId) -> Option<Vec<Range<u64>>> {
         // SAFETY: as in `get`.
-        self.record(id)
-            .map(|r| unsafe { r.as_ref() }.segments.iter().map(|s| s.range.clone()).collect())
+        self.record(id).map(|r| {
+            unsafe { r.as_ref() }
+                .segments
+                .iter()
+                .map(|s| s.range.clone())
+                .collect()
+        })
     }
 
     /// The module count of the version being built (see the example on
@@ -590,7 +600,10 @@ impl<T: Send + Sync + 'static> AddrIndex<T> {
                 && a.start.load(Ordering::Relaxed) < a.end.load(Ordering::Relaxed)
         })?;
         let snap = self.raw_snapshot();
-        let want = snap.first().zip(snap.last()).map(|(f, l)| f.0.start..l.0.end);
+        let want = snap
+            .first()
+            .zip(snap.last())
+            .map(|(f, l)| f.0.start..l.0.end);
         if self.bounds() != want {
             return Err(format!("bounds {:?}, ranges span {want:?}", self.bounds()));
         }
@@ -607,7 +620,10 @@ impl<T: Send + Sync + 'static> AddrIndex<T> {
         }
         let tombstones = tables[0].len() - live.len();
         if tombstones > live.len().max(record::COMPACT_MIN) {
-            return Err(format!("{tombstones} tombstones for {} modules: not compacted", live.len()));
+            return Err(format!(
+                "{tombstones} tombstones for {} modules: not compacted",
+                live.len()
+            ));
         }
         let mut owned = 0;
         for &&(id, rec) in &live {
@@ -625,7 +641,10 @@ impl<T: Send + Sync + 'static> AddrIndex<T> {
                         && (h.id.0, h.base, h.tag, h.flags) == (id, r.base, r.tag, s.flags)
                 });
                 if !ok {
-                    return Err(format!("module #{id} owns {:?}, which is not indexed as such", s.range));
+                    return Err(format!(
+                        "module #{id} owns {:?}, which is not indexed as such",
+                        s.range
+                    ));
                 }
             }
         }

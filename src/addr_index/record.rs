@@ -235,16 +235,16 @@ impl<T> Table<T> {
         let cap = (need.max(8)).next_power_of_two();
         let slots: Box<[Slot<T>]> = (0..cap)
             .map(|i| {
-                let (id, record) = self
-                    .slots()
-                    .get(i)
-                    .filter(|_| i < len)
-                    .map_or((0, ptr::null_mut()), |s| {
-                        (
-                            s.id.load(Ordering::Relaxed),
-                            s.record.load(Ordering::Relaxed),
-                        )
-                    });
+                let (id, record) =
+                    self.slots()
+                        .get(i)
+                        .filter(|_| i < len)
+                        .map_or((0, ptr::null_mut()), |s| {
+                            (
+                                s.id.load(Ordering::Relaxed),
+                                s.record.load(Ordering::Relaxed),
+                            )
+                        });
                 Slot {
                     id: AtomicU64::new(id),
                     record: AtomicPtr::new(record),
@@ -254,10 +254,7 @@ impl<T> Table<T> {
         // SAFETY: `old` is null or came from `Box::into_raw` below, and is
         // owned by the table alone; it moves into the new array's `prev`.
         let prev = NonNull::new(old).map(|p| unsafe { Box::from_raw(p.as_ptr()) });
-        let new = Box::into_raw(Box::new(Array {
-            slots,
-            _prev: prev,
-        }));
+        let new = Box::into_raw(Box::new(Array { slots, _prev: prev }));
         // Release: pairs with the Acquire load in `slots`.
         self.array.store(new, Ordering::Release);
     }
