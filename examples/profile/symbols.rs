@@ -131,7 +131,13 @@ pub(crate) fn symbolize(objects: &LoadedObjects, samples: &[Sample]) -> Profile 
                 let source = Source::Elf(Elf::new(&file));
                 match symbolizer.symbolize(&source, Input::VirtOffset(&unique)) {
                     Ok(symbols) => {
-                        sources.push(format!("#{id} {name}: symbols from {}", file.display()));
+                        let build_id = info
+                            .build_id()
+                            .map_or_else(String::new, |b| format!(" {b}"));
+                        sources.push(format!(
+                            "#{id} {name}: symbols from {} (build id{build_id} matches)",
+                            file.display()
+                        ));
                         unique
                             .iter()
                             .zip(symbols)
