@@ -11,7 +11,7 @@
 //! gone by then.
 //!
 //! ```text
-//! cargo run --release --example profile --features objects
+//! cargo run --release -p latchtree-profile
 //! ```
 //!
 //! Linux, x86_64 or aarch64.
