@@ -20,6 +20,12 @@
     target_os = "linux",
     any(target_arch = "x86_64", target_arch = "aarch64")
 ))]
+#[path = "../shared/dl_error.rs"]
+mod dl_error;
+#[cfg(all(
+    target_os = "linux",
+    any(target_arch = "x86_64", target_arch = "aarch64")
+))]
 mod ring;
 #[cfg(all(
     target_os = "linux",
@@ -31,6 +37,12 @@ mod sampler;
     any(target_arch = "x86_64", target_arch = "aarch64")
 ))]
 mod session;
+#[cfg(all(
+    target_os = "linux",
+    any(target_arch = "x86_64", target_arch = "aarch64")
+))]
+#[path = "../shared/sigprof.rs"]
+mod sigprof;
 #[cfg(all(
     target_os = "linux",
     any(target_arch = "x86_64", target_arch = "aarch64")

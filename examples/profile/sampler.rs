@@ -7,10 +7,11 @@
 //! thread-local), a few atomic operations on the ring.
 
 use crate::ring::{Ring, Sample};
+use crate::sigprof::{interrupted_pc, set_sigprof, set_timer};
 use latchtree::LoadedObjects;
+use std::io;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
-use std::{io, mem, ptr};
 
 /// The process's loaded objects. A `static`, so that the handler reaches it.
 pub(crate) static OBJECTS: LoadedObjects = LoadedObjects::new();
@@ -20,31 +21,6 @@ pub(crate) static RING: Ring<4096> = Ring::new();
 
 /// Signals handled so far.
 static TAKEN: AtomicUsize = AtomicUsize::new(0);
-
-/// The interrupted program counter, from the signal's `ucontext_t`.
-///
-/// # Safety
-/// `context` must be the third argument of an `SA_SIGINFO` handler.
-#[cfg(target_arch = "x86_64")]
-unsafe fn interrupted_pc(context: *mut libc::c_void) -> u64 {
-    let uc = context.cast::<libc::ucontext_t>();
-    // SAFETY: the kernel passes a valid `ucontext_t` to SA_SIGINFO handlers
-    // (caller's contract); a raw place read of one saved register.
-    let rip = unsafe { (*uc).uc_mcontext.gregs[libc::REG_RIP as usize] };
-    rip as u64
-}
-
-/// The interrupted program counter, from the signal's `ucontext_t`.
-///
-/// # Safety
-/// `context` must be the third argument of an `SA_SIGINFO` handler.
-#[cfg(target_arch = "aarch64")]
-unsafe fn interrupted_pc(context: *mut libc::c_void) -> u64 {
-    let uc = context.cast::<libc::ucontext_t>();
-    // SAFETY: the kernel passes a valid `ucontext_t` to SA_SIGINFO handlers
-    // (caller's contract); a raw place read of one saved register.
-    unsafe { (*uc).uc_mcontext.pc }
-}
 
 /// The `SIGPROF` handler: async-signal-safe throughout.
 extern "C" fn on_sigprof(
@@ -74,46 +50,12 @@ pub(crate) fn taken() -> usize {
     TAKEN.load(Ordering::Relaxed)
 }
 
-/// Installs `action` for `SIGPROF`.
-fn set_sigprof(action: libc::sighandler_t, flags: libc::c_int) -> io::Result<()> {
-    // SAFETY: an all-zero `sigaction` is a valid value (empty mask, no flags).
-    let mut sa: libc::sigaction = unsafe { mem::zeroed() };
-    sa.sa_sigaction = action;
-    sa.sa_flags = flags;
-    // SAFETY: `sa` is a fully initialized `sigaction`; `action` is SIG_IGN or
-    // `on_sigprof`, whose signature matches SA_SIGINFO and which is
-    // async-signal-safe. We pass no pointer for the old action.
-    if unsafe { libc::sigaction(libc::SIGPROF, &sa, ptr::null_mut()) } == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
-}
-
-/// Arms (`period` non-zero) or disarms the CPU-time profiling timer.
-fn set_timer(period: Duration) -> io::Result<()> {
-    let tv = libc::timeval {
-        tv_sec: period.as_secs() as libc::time_t,
-        tv_usec: libc::suseconds_t::from(period.subsec_micros()),
-    };
-    let timer = libc::itimerval {
-        it_interval: tv,
-        it_value: tv,
-    };
-    // SAFETY: `timer` is a valid `itimerval`; no old value is requested.
-    if unsafe { libc::setitimer(libc::ITIMER_PROF, &timer, ptr::null_mut()) } == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
-}
-
 /// Starts sampling every `period` of CPU time.
 pub(crate) fn start(period: Duration) -> io::Result<()> {
-    set_sigprof(
-        (on_sigprof as *const ()).addr(),
-        libc::SA_SIGINFO | libc::SA_RESTART,
-    )?;
+    let handler = (on_sigprof as *const ()).addr();
+    // SAFETY: `on_sigprof` has the SA_SIGINFO signature and is
+    // async-signal-safe.
+    unsafe { set_sigprof(handler, libc::SA_SIGINFO | libc::SA_RESTART) }?;
     set_timer(period)
 }
 
@@ -121,5 +63,6 @@ pub(crate) fn start(period: Duration) -> io::Result<()> {
 /// which would kill the process).
 pub(crate) fn stop() -> io::Result<()> {
     set_timer(Duration::ZERO)?;
-    set_sigprof(libc::SIG_IGN, 0)
+    // SAFETY: SIG_IGN runs no code.
+    unsafe { set_sigprof(libc::SIG_IGN, 0) }
 }

@@ -1,6 +1,7 @@
 //! What the profiled program does: two busy functions of its own, and a
 //! checksum loop inside a library it `dlopen`s and `dlclose`s.
 
+use crate::dl_error::dl_error;
 use std::ffi::{CStr, c_uint, c_ulong, c_void};
 use std::hint::black_box;
 
@@ -61,21 +62,6 @@ pub(crate) struct Zlib {
 /// The library and the function it burns CPU in.
 pub(crate) const LIBRARY: &CStr = c"libz.so.1";
 pub(crate) const FUNCTION: &CStr = c"adler32_z";
-
-/// The last `dlerror()` message.
-fn dl_error() -> String {
-    // SAFETY: dlerror returns null or a NUL-terminated string valid until the
-    // next dl* call on this thread; we copy it out at once.
-    let message = unsafe { libc::dlerror() };
-    if message.is_null() {
-        "unknown error".to_owned()
-    } else {
-        // SAFETY: non-null: a valid C string, as above.
-        unsafe { CStr::from_ptr(message) }
-            .to_string_lossy()
-            .into_owned()
-    }
-}
 
 impl Zlib {
     /// `dlopen`s zlib and finds `adler32_z` in it.

@@ -24,6 +24,9 @@
 //! Linux (glibc or musl), 64-bit targets only.
 
 #[cfg(all(target_os = "linux", target_pointer_width = "64"))]
+#[path = "../shared/dl_error.rs"]
+mod dl_error;
+#[cfg(all(target_os = "linux", target_pointer_width = "64"))]
 mod objects;
 #[cfg(all(
     target_os = "linux",
@@ -31,6 +34,13 @@ mod objects;
     any(target_arch = "x86_64", target_arch = "aarch64")
 ))]
 mod profile;
+#[cfg(all(
+    target_os = "linux",
+    target_pointer_width = "64",
+    any(target_arch = "x86_64", target_arch = "aarch64")
+))]
+#[path = "../shared/sigprof.rs"]
+mod sigprof;
 #[cfg(all(target_os = "linux", target_pointer_width = "64"))]
 mod stack;
 
@@ -72,6 +82,7 @@ fn main() -> std::process::ExitCode {
 #[cfg(all(target_os = "linux", target_pointer_width = "64"))]
 mod linux {
     use crate::OBJECTS;
+    use crate::dl_error::dl_error;
     use crate::objects::Symbolizer;
     use crate::stack;
     use latchtree::{LoadCounters, LoadedObjects};
@@ -241,21 +252,6 @@ mod linux {
         heading(
             "Sampling profiler: skipped (reading the interrupted PC is written for x86_64 and aarch64 only)",
         );
-    }
-
-    /// The last `dlerror()` message.
-    fn dl_error() -> String {
-        // SAFETY: dlerror returns null or a NUL-terminated string valid until
-        // the next dl* call on this thread; we copy it out at once.
-        let message = unsafe { libc::dlerror() };
-        if message.is_null() {
-            "unknown error".to_owned()
-        } else {
-            // SAFETY: non-null: a valid C string, as above.
-            unsafe { CStr::from_ptr(message) }
-                .to_string_lossy()
-                .into_owned()
-        }
     }
 
     /// `dlopen`s a library that is not loaded yet, watches the index follow,
