@@ -16,43 +16,23 @@
 //!
 //! Linux, x86_64 or aarch64.
 
+/// Everything but `main`: Linux on x86_64 or aarch64 only.
 #[cfg(all(
     target_os = "linux",
     any(target_arch = "x86_64", target_arch = "aarch64")
 ))]
-#[path = "../shared/dl_error.rs"]
-mod dl_error;
-#[cfg(all(
-    target_os = "linux",
-    any(target_arch = "x86_64", target_arch = "aarch64")
-))]
-mod ring;
-#[cfg(all(
-    target_os = "linux",
-    any(target_arch = "x86_64", target_arch = "aarch64")
-))]
-mod sampler;
-#[cfg(all(
-    target_os = "linux",
-    any(target_arch = "x86_64", target_arch = "aarch64")
-))]
-mod session;
-#[cfg(all(
-    target_os = "linux",
-    any(target_arch = "x86_64", target_arch = "aarch64")
-))]
-#[path = "../shared/sigprof.rs"]
-mod sigprof;
-#[cfg(all(
-    target_os = "linux",
-    any(target_arch = "x86_64", target_arch = "aarch64")
-))]
-mod symbols;
-#[cfg(all(
-    target_os = "linux",
-    any(target_arch = "x86_64", target_arch = "aarch64")
-))]
-mod workload;
+#[path = "."]
+mod linux {
+    #[path = "../shared/dl_error.rs"]
+    mod dl_error;
+    mod ring;
+    mod sampler;
+    pub(crate) mod session;
+    #[path = "../shared/sigprof.rs"]
+    mod sigprof;
+    mod symbols;
+    mod workload;
+}
 
 #[cfg(not(all(
     target_os = "linux",
@@ -67,7 +47,7 @@ fn main() {
     any(target_arch = "x86_64", target_arch = "aarch64")
 ))]
 fn main() -> std::process::ExitCode {
-    match session::run(300, std::time::Duration::from_secs(5)) {
+    match linux::session::run(300, std::time::Duration::from_secs(5)) {
         Ok(outcome) => {
             println!(
                 "\n== Top functions ({} samples, {} dropped)",

@@ -6,8 +6,8 @@
 //! the `ucontext`, one `lookup` (no lock, no allocation, no epoch pin, no
 //! thread-local), a few atomic operations on the ring.
 
-use crate::ring::{Ring, Sample};
-use crate::sigprof::{interrupted_pc, set_sigprof, set_timer};
+use super::ring::{Ring, Sample};
+use super::sigprof::{interrupted_pc, set_sigprof, set_timer};
 use latchtree::LoadedObjects;
 use std::io;
 use std::sync::atomic::{AtomicUsize, Ordering};

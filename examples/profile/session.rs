@@ -2,10 +2,10 @@
 //! then code in a library it `dlopen`s, then (after `dlclose`) its own code
 //! again; symbolize everything at the end.
 
-use crate::ring::Sample;
-use crate::sampler::{self, OBJECTS, RING};
-use crate::symbols::{self, Profile};
-use crate::workload::{self, Zlib};
+use super::ring::Sample;
+use super::sampler::{self, OBJECTS, RING};
+use super::symbols::{self, Profile};
+use super::workload::{self, Zlib};
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 

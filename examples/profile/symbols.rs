@@ -5,7 +5,7 @@
 //! if one is installed) or by path, and used only if its build id is the one
 //! the object had when it was sampled.
 
-use crate::ring::Sample;
+use super::ring::Sample;
 use blazesym::symbolize::source::{Elf, Source};
 use blazesym::symbolize::{Input, Symbolizer};
 use latchtree::{LoadedObjects, ModuleId, ObjectInfo, ObjectKind};

@@ -1,7 +1,7 @@
 //! What the profiled program does: two busy functions of its own, and a
 //! checksum loop inside a library it `dlopen`s and `dlclose`s.
 
-use crate::dl_error::dl_error;
+use super::dl_error::dl_error;
 use std::ffi::{CStr, c_uint, c_ulong, c_void};
 use std::hint::black_box;
 
