@@ -233,47 +233,15 @@ fn main_program_and_vdso_by_landmarks() {
         main_phdr: Some(0x5000_0040),
         vdso: Some(BIAS),
     };
-    // SAFETY: FakeMemory's `read` is bounds-checked and sound for any input.
-    let (main, vdso, lib, first) = unsafe {
-        (
-            parse_object(
-                b"",
-                0x5000_0000,
-                0x5000_0040,
-                &headers,
-                true,
-                marks,
-                &memory,
-            ),
-            parse_object(
-                b"linux-vdso.so.1",
-                BIAS,
-                BIAS + 0x40,
-                &headers,
-                false,
-                marks,
-                &memory,
-            ),
-            parse_object(
-                b"",
-                0x6000_0000,
-                0x6000_0040,
-                &headers,
-                false,
-                marks,
-                &memory,
-            ),
-            parse_object(
-                b"",
-                0x6000_0000,
-                0x6000_0040,
-                &headers,
-                true,
-                Landmarks::default(),
-                &memory,
-            ),
-        )
+    let parse = |name: &[u8], bias: u64, first: bool, marks: Landmarks| {
+        // SAFETY: FakeMemory's `read` is bounds-checked and sound for any
+        // input.
+        unsafe { parse_object(name, bias, bias + 0x40, &headers, first, marks, &memory) }
     };
+    let main = parse(b"", 0x5000_0000, true, marks);
+    let vdso = parse(b"linux-vdso.so.1", BIAS, false, marks);
+    let lib = parse(b"", 0x6000_0000, false, marks);
+    let first = parse(b"", 0x6000_0000, true, Landmarks::default());
     assert_eq!(main.kind, ObjectKind::MainProgram);
     assert_eq!(vdso.kind, ObjectKind::Vdso);
     assert_eq!(lib.kind, ObjectKind::Library);
