@@ -385,7 +385,12 @@ fn pass(counters_only: bool) -> Scan {
     let mut pass = Pass {
         scan: Scan::default(),
         counters_only,
-        landmarks: Landmarks::of_this_process(),
+        // Unused when only the counters are read.
+        landmarks: if counters_only {
+            Landmarks::default()
+        } else {
+            Landmarks::of_this_process()
+        },
         headers: Vec::new(),
     };
     // `on_object` has the callback type dl_iterate_phdr expects and never
