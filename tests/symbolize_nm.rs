@@ -460,6 +460,10 @@ fn refresh_follows_dlopen_and_dlclose() {
         Some(function.to_str().unwrap())
     );
 
+    // Forgotten: the sample no longer resolves.
+    assert_eq!(symbolizer.forget_unloaded(), 1);
+    assert!(symbolizer.resolve_sample(id.get(), address).is_none());
+
     if counters.is_some() {
         let unchanged = symbolizer.refresh();
         assert!(

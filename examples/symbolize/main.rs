@@ -344,6 +344,11 @@ mod linux {
                     ),
                     None => println!("  sample (#{id}, {addr:#x}) no longer resolves"),
                 }
+                let forgotten = symbolizer.forget_unloaded();
+                println!(
+                    "  forget_unloaded: {forgotten} object(s) forgotten; the sample now resolves to {:?}",
+                    symbolizer.resolve_sample(id, addr).map(|r| r.id)
+                );
             }
             let again = symbolizer.refresh();
             println!(

@@ -306,6 +306,15 @@ impl<'o> Symbolizer<'o> {
         })
     }
 
+    /// Forgets the unloaded objects (in the [`LoadedObjects`] too) and
+    /// their symbols, once no pending sample names them; returns how many.
+    pub(crate) fn forget_unloaded(&mut self) -> usize {
+        let forgotten = self.objects.forget_unloaded();
+        let objects = self.objects;
+        self.modules.retain(|&id, _| objects.object(id).is_some());
+        forgotten
+    }
+
     /// Resolves a sample recorded as `(id, address)`, the id as its number
     /// ([`ModuleId::get`]), for instance by a signal handler through
     /// [`LoadedObjects::lookup`]; also after the object was unloaded: ids
