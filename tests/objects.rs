@@ -215,6 +215,9 @@ fn first_refresh_indexes_every_object_and_a_second_changes_nothing() {
     assert!(first.rescanned);
     assert!(first.removed.is_empty());
     assert_eq!(first.added.len(), objects.loaded_count());
+    // Every object went in with one batch: one write transaction.
+    assert!(first.added.len() > 2);
+    assert_eq!(objects.stats().writes, 1);
     assert_eq!(objects.objects().len(), first.added.len());
     for problem in &first.problems {
         println!("problem: {problem}");
@@ -241,6 +244,7 @@ fn first_refresh_indexes_every_object_and_a_second_changes_nothing() {
     let second = objects.refresh();
     assert!(second.added.is_empty() && second.removed.is_empty());
     assert_eq!(second.unchanged, first.added.len());
+    assert_eq!(objects.stats().writes, 1, "an unchanged refresh wrote");
     if LoadedObjects::load_counters().is_some() {
         assert!(!second.rescanned, "counters unchanged, yet it rescanned");
         assert_eq!(second.counters, first.counters);
@@ -583,9 +587,11 @@ fn refresh_follows_dlopen_and_dlclose() {
             .is_some_and(|s| s.range == hit.segment())
     );
 
+    let writes = objects.stats().writes;
     handle.close();
     let closed = objects.refresh();
     assert!(closed.rescanned && closed.added.is_empty());
+    assert_eq!(objects.stats().writes, writes + 1, "one batch per refresh");
     assert_eq!(
         closed.removed.iter().map(ObjectRef::id).collect::<Vec<_>>(),
         [library.id()]
