@@ -94,8 +94,8 @@ mod stats;
 mod sync;
 
 pub use addr_index::{
-    AddrIndex, AddrIndexError, Hit, IndexBatch, InsertError, ModuleId, ModuleMeta, ModuleRef, RawHit,
-    Removed, Segment,
+    AddrIndex, AddrIndexError, Hit, IndexBatch, InsertError, ModuleId, ModuleMeta, ModuleRef,
+    RawHit, Removed, Segment,
 };
 pub use crossbeam_epoch::{Collector, Guard, LocalHandle, pin};
 pub use latch_tree::{Batch, LatchTree};

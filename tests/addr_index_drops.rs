@@ -94,7 +94,9 @@ fn every_value_is_dropped_exactly_once_and_promptly() {
     let back = err.into_value();
     assert_eq!(back.0, 5);
     drop(back);
-    let err = index.set_value(ModuleId::from_raw(999), tally.value(6), 0).unwrap_err();
+    let err = index
+        .set_value(ModuleId::from_raw(999), tally.value(6), 0)
+        .unwrap_err();
     alive_after(&tally, 2, "set_value of an unknown id hands the value back");
     drop(err);
     alive_after(&tally, 1, "");
@@ -111,7 +113,11 @@ fn every_value_is_dropped_exactly_once_and_promptly() {
         })
     }));
     assert!(r.is_err());
-    alive_after(&tally, 1, "rolled-back values dropped promptly, removed ones kept");
+    alive_after(
+        &tally,
+        1,
+        "rolled-back values dropped promptly, removed ones kept",
+    );
     let guard = index.pin();
     assert_eq!(index.get(keep, &guard).map(|v| v.0), Some(4));
     drop(guard);
@@ -124,7 +130,11 @@ fn every_value_is_dropped_exactly_once_and_promptly() {
         drop(batch.remove(keep).unwrap());
         (a, b)
     });
-    alive_after(&tally, 2, "values taken out by a committed batch dropped promptly");
+    alive_after(
+        &tally,
+        2,
+        "values taken out by a committed batch dropped promptly",
+    );
 
     // 5. A guard held on another thread keeps a removed value alive until
     //    it is dropped; the next flush then drops it.
@@ -144,10 +154,16 @@ fn every_value_is_dropped_exactly_once_and_promptly() {
         h.join().unwrap();
     });
     index.flush();
-    alive_after(&tally, 1, "the first flush after the guard dropped frees it");
+    alive_after(
+        &tally,
+        1,
+        "the first flush after the guard dropped frees it",
+    );
 
     // 6. Dropping the index drops what is still registered, once.
-    let _more = index.insert_module([500..510, 520..530], tally.value(13)).unwrap();
+    let _more = index
+        .insert_module([500..510, 520..530], tally.value(13))
+        .unwrap();
     assert!(index.get(b, &index.pin()).is_some());
     drop(index);
     alive_after(&tally, 0, "dropping the index drops every registered value");

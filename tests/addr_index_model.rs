@@ -112,7 +112,11 @@ impl Oracle {
     /// removed or never issued one.
     fn pick(&self, which: usize) -> ModuleId {
         if self.modules.is_empty() || which % 5 == 0 {
-            ModuleId::from_raw(if which % 2 == 0 { self.last_id + 1 } else { which as u64 % (self.last_id + 1) })
+            ModuleId::from_raw(if which % 2 == 0 {
+                self.last_id + 1
+            } else {
+                which as u64 % (self.last_id + 1)
+            })
         } else {
             self.modules[which % self.modules.len()].id
         }
@@ -194,50 +198,88 @@ fn op() -> impl Strategy<Value = Op> {
 /// The writes of either a single call or a batch, so that one function
 /// checks both against the oracle.
 trait Writes {
-    fn insert(&mut self, s: Vec<Segment>, v: u32, meta: ModuleMeta) -> Result<ModuleId, (AddrIndexError, u32)>;
+    fn insert(
+        &mut self,
+        s: Vec<Segment>,
+        v: u32,
+        meta: ModuleMeta,
+    ) -> Result<ModuleId, (AddrIndexError, u32)>;
     fn remove(&mut self, id: ModuleId) -> Option<latchtree::Removed<u32>>;
     fn set_value(&mut self, id: ModuleId, v: u32, tag: u64) -> Result<u32, (AddrIndexError, u32)>;
 }
 
 impl Writes for &AddrIndex<u32> {
-    fn insert(&mut self, s: Vec<Segment>, v: u32, meta: ModuleMeta) -> Result<ModuleId, (AddrIndexError, u32)> {
-        self.insert_module_with(s, v, meta).map_err(|e| e.into_parts())
+    fn insert(
+        &mut self,
+        s: Vec<Segment>,
+        v: u32,
+        meta: ModuleMeta,
+    ) -> Result<ModuleId, (AddrIndexError, u32)> {
+        self.insert_module_with(s, v, meta)
+            .map_err(|e| e.into_parts())
     }
     fn remove(&mut self, id: ModuleId) -> Option<latchtree::Removed<u32>> {
         AddrIndex::remove(self, id)
     }
     fn set_value(&mut self, id: ModuleId, v: u32, tag: u64) -> Result<u32, (AddrIndexError, u32)> {
-        AddrIndex::set_value(self, id, v, tag).map(|a| *a).map_err(|e| e.into_parts())
+        AddrIndex::set_value(self, id, v, tag)
+            .map(|a| *a)
+            .map_err(|e| e.into_parts())
     }
 }
 
 impl Writes for latchtree::IndexBatch<'_, u32> {
-    fn insert(&mut self, s: Vec<Segment>, v: u32, meta: ModuleMeta) -> Result<ModuleId, (AddrIndexError, u32)> {
-        self.insert_module_with(s, v, meta).map_err(|e| e.into_parts())
+    fn insert(
+        &mut self,
+        s: Vec<Segment>,
+        v: u32,
+        meta: ModuleMeta,
+    ) -> Result<ModuleId, (AddrIndexError, u32)> {
+        self.insert_module_with(s, v, meta)
+            .map_err(|e| e.into_parts())
     }
     fn remove(&mut self, id: ModuleId) -> Option<latchtree::Removed<u32>> {
         latchtree::IndexBatch::remove(self, id)
     }
     fn set_value(&mut self, id: ModuleId, v: u32, tag: u64) -> Result<u32, (AddrIndexError, u32)> {
-        latchtree::IndexBatch::set_value(self, id, v, tag).map(|a| *a).map_err(|e| e.into_parts())
+        latchtree::IndexBatch::set_value(self, id, v, tag)
+            .map(|a| *a)
+            .map_err(|e| e.into_parts())
     }
 }
 
 /// Applies `w` to `index` and to `oracle`, checking every result.
 fn apply(index: &mut impl Writes, oracle: &mut Oracle, w: &Write) {
     match w {
-        Write::Insert { segments, value, base, tag } => {
+        Write::Insert {
+            segments,
+            value,
+            base,
+            tag,
+        } => {
             let want = oracle.reject(segments);
-            let meta = ModuleMeta { base: *base, tag: *tag };
+            let meta = ModuleMeta {
+                base: *base,
+                tag: *tag,
+            };
             match index.insert(segments.clone(), *value, meta) {
                 Ok(id) => {
                     assert_eq!(want, None, "accepted {segments:?}");
-                    assert!(id.get() > oracle.last_id, "ids increase and are never reused");
+                    assert!(
+                        id.get() > oracle.last_id,
+                        "ids increase and are never reused"
+                    );
                     oracle.last_id = id.get();
                     let mut sorted = segments.clone();
                     sorted.sort_by_key(|s| s.range.start);
                     let base = base.unwrap_or(sorted[0].range.start);
-                    oracle.modules.push(Module { id, segments: sorted, value: *value, base, tag: *tag });
+                    oracle.modules.push(Module {
+                        id,
+                        segments: sorted,
+                        value: *value,
+                        base,
+                        tag: *tag,
+                    });
                 }
                 Err((e, v)) => {
                     assert_eq!(Some(e), want, "for {segments:?}");
@@ -253,7 +295,13 @@ fn apply(index: &mut impl Writes, oracle: &mut Oracle, w: &Write) {
                     let m = oracle.modules.remove(i);
                     let r = got.expect("remove of a live module");
                     assert_eq!(
-                        (r.id(), r.segments().to_vec(), **r.value(), r.base(), r.tag()),
+                        (
+                            r.id(),
+                            r.segments().to_vec(),
+                            **r.value(),
+                            r.base(),
+                            r.tag()
+                        ),
                         (m.id, m.segments.clone(), m.value, m.base, m.tag),
                         "what remove hands back"
                     );
@@ -306,7 +354,13 @@ fn check(index: &AddrIndex<u32>, oracle: &Oracle) {
     for m in &oracle.modules {
         assert_eq!(index.get(m.id, &guard), Some(&m.value));
         let r = index.module(m.id, &guard).unwrap();
-        assert_eq!(r.meta(), ModuleMeta { base: Some(m.base), tag: m.tag });
+        assert_eq!(
+            r.meta(),
+            ModuleMeta {
+                base: Some(m.base),
+                tag: m.tag
+            }
+        );
     }
     for id in oracle.removed.keys() {
         assert_eq!(index.get(*id, &guard), None);
@@ -327,7 +381,10 @@ fn check_addr(index: &AddrIndex<u32>, oracle: &Oracle, a: u64) {
     }
     let guard = index.pin();
     let hit = index.module_address(a, &guard);
-    assert_eq!(hit.map(|h| (h.raw(), *h.value())), got.zip(want.map(|w| w.5)));
+    assert_eq!(
+        hit.map(|h| (h.raw(), *h.value())),
+        got.zip(want.map(|w| w.5))
+    );
 }
 
 /// The payload of a deliberately panicking batch.
@@ -351,10 +408,14 @@ fn run(ops: Vec<Op>) {
                             assert_eq!(batch.range_count(), inside.hits().len());
                             for m in &inside.modules {
                                 assert_eq!(batch.get(m.id), Some(&m.value));
-                                let ranges: Vec<_> = m.segments.iter().map(|s| s.range.clone()).collect();
+                                let ranges: Vec<_> =
+                                    m.segments.iter().map(|s| s.range.clone()).collect();
                                 assert_eq!(batch.ranges_of(m.id), Some(ranges));
                                 let s = m.segments[0].range.start;
-                                assert_eq!(batch.lookup(s).map(|h| (h.id(), h.tag())), Some((m.id, m.tag)));
+                                assert_eq!(
+                                    batch.lookup(s).map(|h| (h.id(), h.tag())),
+                                    Some((m.id, m.tag))
+                                );
                             }
                             for id in inside.removed.keys() {
                                 assert!(!batch.contains(*id));
@@ -369,7 +430,10 @@ fn run(ops: Vec<Op>) {
                     assert!(r.is_err_and(|p| p.is::<Abort>()));
                     // Rolled back: the old state, but ids handed out inside
                     // stay used.
-                    oracle = Oracle { last_id: inside.last_id, ..before };
+                    oracle = Oracle {
+                        last_id: inside.last_id,
+                        ..before
+                    };
                 } else {
                     r.unwrap();
                     oracle = inside;
@@ -429,14 +493,17 @@ fn extremes_and_adjacent_ranges() {
     assert_eq!(index.lookup(1), None);
     assert_eq!(index.lookup(19).map(|h| h.range()), Some(10..20));
     assert_eq!(
-        index.lookup(20).map(|h| (h.id(), h.range(), h.module_offset(20))),
+        index
+            .lookup(20)
+            .map(|h| (h.id(), h.range(), h.module_offset(20))),
         Some((a, 20..30, 10))
     );
     assert_eq!(index.lookup(30).map(|h| h.id()), Some(b));
     assert_eq!(index.lookup(u64::MAX - 1).map(|h| h.id()), Some(top));
     assert_eq!(index.lookup(u64::MAX), None);
     assert_eq!(index.bounds(), Some(0..u64::MAX));
-    let err = |r: Result<ModuleId, latchtree::InsertError<&'static str>>| r.unwrap_err().into_parts();
+    let err =
+        |r: Result<ModuleId, latchtree::InsertError<&'static str>>| r.unwrap_err().into_parts();
     assert_eq!(
         err(index.insert(u64::MAX..u64::MAX, "empty")),
         (AddrIndexError::EmptyRange(u64::MAX..u64::MAX), "empty")
@@ -463,9 +530,15 @@ fn extremes_and_adjacent_ranges() {
         )
     );
     // A base above the ranges is allowed: offsets wrap.
-    let high = ModuleMeta { base: Some(1000), tag: 0 };
+    let high = ModuleMeta {
+        base: Some(1000),
+        tag: 0,
+    };
     index.insert_module_with([50..60], "high", high).unwrap();
-    assert_eq!(index.lookup(55).unwrap().module_offset(55), 55u64.wrapping_sub(1000));
+    assert_eq!(
+        index.lookup(55).unwrap().module_offset(55),
+        55u64.wrapping_sub(1000)
+    );
     index.check_invariants().unwrap();
 }
 
@@ -475,7 +548,9 @@ fn extremes_and_adjacent_ranges() {
 fn module_table_compacts_and_keeps_answering() {
     let index = AddrIndex::new();
     let n = if cfg!(miri) { 40 } else { 400 };
-    let ids: Vec<_> = (0..n).map(|i| index.insert(i * 16..i * 16 + 8, i).unwrap()).collect();
+    let ids: Vec<_> = (0..n)
+        .map(|i| index.insert(i * 16..i * 16 + 8, i).unwrap())
+        .collect();
     for (i, id) in ids.iter().enumerate() {
         if i % 3 != 0 {
             assert_eq!(index.remove(*id).map(|r| *r.into_value()), Some(i as u64));

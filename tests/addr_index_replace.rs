@@ -13,17 +13,32 @@ use std::thread;
 
 #[test]
 fn readers_never_miss_or_see_a_foreign_tag_during_100k_in_place_updates() {
-    let updates: u64 = if cfg!(debug_assertions) { 100_000 } else { 400_000 };
+    let updates: u64 = if cfg!(debug_assertions) {
+        100_000
+    } else {
+        400_000
+    };
     let index: AddrIndex<u64> = AddrIndex::new();
     // Neighbours that move the module's nodes around in the trees.
     for i in 0..32 {
-        index.insert(0x10_0000 + i * 0x1000..0x10_0000 + i * 0x1000 + 0x100, 0).unwrap();
+        index
+            .insert(0x10_0000 + i * 0x1000..0x10_0000 + i * 0x1000 + 0x100, 0)
+            .unwrap();
     }
     let segments = [
-        Segment { range: 0x1000..0x2000, flags: 1 },
-        Segment { range: 0x3000..0x3100, flags: 2 },
+        Segment {
+            range: 0x1000..0x2000,
+            flags: 1,
+        },
+        Segment {
+            range: 0x3000..0x3100,
+            flags: 2,
+        },
     ];
-    let meta = ModuleMeta { base: Some(0x800), tag: 0 };
+    let meta = ModuleMeta {
+        base: Some(0x800),
+        tag: 0,
+    };
     let id = index.insert_module_with(segments, 0, meta).unwrap();
     // The tag committed last, and the one being installed.
     let committed = AtomicU64::new(0);
@@ -38,7 +53,11 @@ fn readers_never_miss_or_see_a_foreign_tag_during_100k_in_place_updates() {
                     let mut n = 0u64;
                     let mut last = 0;
                     while !stop.load(Acquire) {
-                        let addr = if n % 2 == 0 { 0x1000 + (n + r) % 0x1000 } else { 0x3050 };
+                        let addr = if n % 2 == 0 {
+                            0x1000 + (n + r) % 0x1000
+                        } else {
+                            0x3050
+                        };
                         // Acquire: pairs with the writer's Release stores.
                         let lo = committed.load(Acquire);
                         let hit = index.lookup(addr).expect("lookup missed during set_value");
@@ -49,11 +68,20 @@ fn readers_never_miss_or_see_a_foreign_tag_during_100k_in_place_updates() {
                             "tag {tag} outside [{lo}, {hi}] (last seen {last})"
                         );
                         last = tag;
-                        assert_eq!((hit.id(), hit.base(), hit.module_offset(addr)), (id, 0x800, addr - 0x800));
+                        assert_eq!(
+                            (hit.id(), hit.base(), hit.module_offset(addr)),
+                            (id, 0x800, addr - 0x800)
+                        );
                         assert_eq!(hit.flags(), if addr < 0x2000 { 1 } else { 2 });
                         let guard = index.pin();
-                        let hit = index.module_address(addr, &guard).expect("module_address missed");
-                        assert_eq!(*hit.value(), hit.tag(), "value and tag of different versions");
+                        let hit = index
+                            .module_address(addr, &guard)
+                            .expect("module_address missed");
+                        assert_eq!(
+                            *hit.value(),
+                            hit.tag(),
+                            "value and tag of different versions"
+                        );
                         n += 1;
                     }
                     n
@@ -73,7 +101,10 @@ fn readers_never_miss_or_see_a_foreign_tag_during_100k_in_place_updates() {
     });
     println!("{updates} updates, {lookups} lookups");
     assert!(lookups > 1000, "only {lookups} lookups");
-    assert_eq!(index.ranges_of(id), Some(vec![0x1000..0x2000, 0x3000..0x3100]));
+    assert_eq!(
+        index.ranges_of(id),
+        Some(vec![0x1000..0x2000, 0x3000..0x3100])
+    );
     assert_eq!(index.module_count(), 33);
     index.check_invariants().unwrap();
 }

@@ -66,7 +66,11 @@ fn get_never_finds_a_module_whose_ranges_lookup_saw_removed() {
 #[test]
 fn module_count_never_counts_a_module_whose_ranges_are_not_visible() {
     let index: AddrIndex<u64> = AddrIndex::new();
-    let n = if cfg!(debug_assertions) { 20_000 } else { 100_000 };
+    let n = if cfg!(debug_assertions) {
+        20_000
+    } else {
+        100_000
+    };
     let stop = AtomicBool::new(false);
     let (mut probes, mut mixed) = (0u64, 0u64);
     thread::scope(|s| {
@@ -95,7 +99,10 @@ fn module_count_never_counts_a_module_whose_ranges_are_not_visible() {
     });
     println!("{probes} probes, {mixed} mixed");
     assert!(probes > 1000, "only {probes} probes");
-    assert_eq!(mixed, 0, "module_count counted a module whose ranges were not visible");
+    assert_eq!(
+        mixed, 0,
+        "module_count counted a module whose ranges were not visible"
+    );
 }
 
 /// A module value whose `Drop` unregisters a companion module of the same
@@ -105,7 +112,10 @@ struct Companion(&'static AddrIndex<Companion>, Option<ModuleId>);
 impl Drop for Companion {
     fn drop(&mut self) {
         if let Some(id) = self.1 {
-            assert!(self.0.remove(id).is_some(), "companion {id} was not registered");
+            assert!(
+                self.0.remove(id).is_some(),
+                "companion {id} was not registered"
+            );
         }
     }
 }
@@ -117,8 +127,12 @@ impl Drop for Companion {
 #[test]
 fn rejected_insert_hands_the_value_back_instead_of_dropping_it_under_the_lock() {
     static INDEX: AddrIndex<Companion> = AddrIndex::new();
-    let taken = INDEX.insert(0x1000..0x2000, Companion(&INDEX, None)).unwrap();
-    let companion = INDEX.insert(0x9000..0x9100, Companion(&INDEX, None)).unwrap();
+    let taken = INDEX
+        .insert(0x1000..0x2000, Companion(&INDEX, None))
+        .unwrap();
+    let companion = INDEX
+        .insert(0x9000..0x9100, Companion(&INDEX, None))
+        .unwrap();
     let err = INDEX
         .insert(0x1800..0x1900, Companion(&INDEX, Some(companion)))
         .unwrap_err();
@@ -135,11 +149,16 @@ fn rejected_insert_hands_the_value_back_instead_of_dropping_it_under_the_lock() 
     assert_eq!(INDEX.module_count(), 2, "nothing dropped yet");
     // Dropping it here, outside the lock, makes its write.
     drop(value);
-    assert!(INDEX.lookup(0x9050).is_none(), "the value's Drop took effect");
+    assert!(
+        INDEX.lookup(0x9050).is_none(),
+        "the value's Drop took effect"
+    );
     assert_eq!(INDEX.module_count(), 1);
     // The same inside a batch: the error comes back to the closure, which
     // keeps the value until after the batch.
-    let companion = INDEX.insert(0x9000..0x9100, Companion(&INDEX, None)).unwrap();
+    let companion = INDEX
+        .insert(0x9000..0x9100, Companion(&INDEX, None))
+        .unwrap();
     let kept = INDEX.write(|b| {
         let e = b
             .insert(0x1000..0x1001, Companion(&INDEX, Some(companion)))

@@ -121,9 +121,16 @@ fn churn(time: Duration) -> u64 {
     let start = Instant::now();
     while start.elapsed() < time || (HANDLED.load(Relaxed) < 2000 && start.elapsed() < 3 * time) {
         writes += 1;
-        let meta = ModuleMeta { base: None, tag: CHURN_TAG | (writes & 0xffff_ffff) };
+        let meta = ModuleMeta {
+            base: None,
+            tag: CHURN_TAG | (writes & 0xffff_ffff),
+        };
         id = match (id, writes % 4) {
-            (None, _) => Some(INDEX.insert_module_with([CHURN], format!("{writes}"), meta).unwrap()),
+            (None, _) => Some(
+                INDEX
+                    .insert_module_with([CHURN], format!("{writes}"), meta)
+                    .unwrap(),
+            ),
             (Some(old), 0) => {
                 drop(INDEX.remove(old).unwrap());
                 None
@@ -134,7 +141,8 @@ fn churn(time: Duration) -> u64 {
             }
             (Some(old), _) => Some(INDEX.write(|b| {
                 drop(b.remove(old).unwrap());
-                b.insert_module_with([CHURN], format!("{writes}"), meta).unwrap()
+                b.insert_module_with([CHURN], format!("{writes}"), meta)
+                    .unwrap()
             })),
         };
     }
@@ -145,8 +153,13 @@ fn churn(time: Duration) -> u64 {
 /// `(writes, handled)`.
 fn run(time: Duration) -> (u64, u64) {
     install_handler();
-    let meta = ModuleMeta { base: None, tag: STABLE_TAG };
-    INDEX.insert_module_with([STABLE], "stable".into(), meta).unwrap();
+    let meta = ModuleMeta {
+        base: None,
+        tag: STABLE_TAG,
+    };
+    INDEX
+        .insert_module_with([STABLE], "stable".into(), meta)
+        .unwrap();
     let stop = AtomicBool::new(false);
     let ids = [AtomicU64::new(0), AtomicU64::new(0)];
     // SAFETY: `pthread_self` is always safe to call.
@@ -185,7 +198,10 @@ fn run(time: Duration) -> (u64, u64) {
 #[test]
 fn lookup_in_a_signal_handler_allocates_frees_and_pins_nothing() {
     let (writes, handled) = run(Duration::from_millis(800));
-    println!("{writes} writes, {handled} signals handled, {} wrong", WRONG.load(Relaxed));
+    println!(
+        "{writes} writes, {handled} signals handled, {} wrong",
+        WRONG.load(Relaxed)
+    );
     assert!(handled >= 1000, "only {handled} signals handled");
     assert_eq!(WRONG.load(Relaxed), 0, "wrong answers in the handler");
 }
@@ -206,11 +222,24 @@ fn child_handler_allocates() {
 fn a_handler_that_allocates_is_caught() {
     use std::os::unix::process::ExitStatusExt;
     let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "child_handler_allocates", "--ignored", "--nocapture"])
+        .args([
+            "--exact",
+            "child_handler_allocates",
+            "--ignored",
+            "--nocapture",
+        ])
         .env("LATCHTREE_ALLOC_CHILD", "1")
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.signal(), Some(libc::SIGABRT), "{:?}: {stderr}", out.status);
-    assert!(stderr.contains("allocator called from inside the signal handler"), "{stderr}");
+    assert_eq!(
+        out.status.signal(),
+        Some(libc::SIGABRT),
+        "{:?}: {stderr}",
+        out.status
+    );
+    assert!(
+        stderr.contains("allocator called from inside the signal handler"),
+        "{stderr}"
+    );
 }

@@ -404,7 +404,11 @@ fn recycled_node_model(read: fn(&AddrIndex<u64>) -> Seen) {
         r.join().unwrap();
         index.check_invariants().unwrap();
         let guard = index.pin();
-        let left: Vec<_> = index.snapshot(&guard).iter().map(|h| (h.range(), h.id().get())).collect();
+        let left: Vec<_> = index
+            .snapshot(&guard)
+            .iter()
+            .map(|h| (h.range(), h.id().get()))
+            .collect();
         assert_eq!(left, [(12..30, 2)]);
         index.stats().read_retries
     });

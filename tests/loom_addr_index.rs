@@ -79,7 +79,9 @@ fn recycled_node_base_and_tag_are_validated() {
         let r = reader(&index, |index| {
             let got = index.lookup(15).map(seen);
             assert!(
-                got.is_none() || got == Some((10..20, 1, 5, 100)) || got == Some((12..30, 2, 7, 200)),
+                got.is_none()
+                    || got == Some((10..20, 1, 5, 100))
+                    || got == Some((12..30, 2, 7, 200)),
                 "read {got:?}, which is no version"
             );
         });
@@ -103,12 +105,19 @@ fn set_value_is_never_a_miss_nor_a_mix() {
         let id = index.insert_module_with([10..20], 1, meta).unwrap();
         let r = reader(&index, move |index| {
             let hit = index.lookup(15).expect("lookup missed during set_value");
-            assert!(hit.id() == id && (hit.tag() == 1 || hit.tag() == 2), "{hit:?}");
+            assert!(
+                hit.id() == id && (hit.tag() == 1 || hit.tag() == 2),
+                "{hit:?}"
+            );
             let guard = index.pin();
             let hit = index
                 .module_address(15, &guard)
                 .expect("module_address missed during set_value");
-            assert_eq!(*hit.value(), hit.tag(), "value and tag of different versions");
+            assert_eq!(
+                *hit.value(),
+                hit.tag(),
+                "value and tag of different versions"
+            );
         });
         assert_eq!(*index.set_value(id, 2, 2).unwrap(), 1);
         r.join().unwrap();

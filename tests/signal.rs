@@ -255,7 +255,8 @@ fn writer(time: Duration, max_writes: u64) -> u64 {
                 // In place: same id and ranges, new value and tag (whose mask
                 // stays the module's own).
                 let tag = slot_tag(j, own, generation);
-                let old = in_write(|| INDEX.set_value(id, name, tag)).expect("set_value of a live module");
+                let old = in_write(|| INDEX.set_value(id, name, tag))
+                    .expect("set_value of a live module");
                 assert!(old.starts_with(&format!("slot {j} ")));
             }
             (Some((id, _)), _) => {
@@ -281,7 +282,11 @@ fn writer(time: Duration, max_writes: u64) -> u64 {
                     let (a, b) = in_write(|| {
                         INDEX.write(|batch| {
                             let a = batch.insert_module_with(segments(j, mask), name, meta);
-                            let b = batch.insert_module_with(segments(k, 7), format!("slot {k} pair"), meta_k);
+                            let b = batch.insert_module_with(
+                                segments(k, 7),
+                                format!("slot {k} pair"),
+                                meta_k,
+                            );
                             (a.expect("free slot"), b.expect("free slot"))
                         })
                     });

@@ -881,7 +881,10 @@ fn index_writer(
                     Module::new(k, s, &[], tally),
                 );
                 assert!(
-                    matches!(err.as_ref().map_err(|e| e.error()), Err(AddrIndexError::Overlap { .. })),
+                    matches!(
+                        err.as_ref().map_err(|e| e.error()),
+                        Err(AddrIndexError::Overlap { .. })
+                    ),
                     "{err:?}"
                 );
                 assert_eq!(index.lookup(r.start), None, "a rejected module is visible");

@@ -345,7 +345,10 @@ impl<T> fmt::Debug for AddrIndex<T> {
                     .finish()
             }
         }
-        let ranges = self.raw_snapshot().into_iter().map(|(h, _)| (h.range(), h.id));
+        let ranges = self
+            .raw_snapshot()
+            .into_iter()
+            .map(|(h, _)| (h.range(), h.id));
         f.debug_struct("AddrIndex")
             .field("modules", &self.module_count())
             .field("ranges", &Ranges(ranges.collect()))

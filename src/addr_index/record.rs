@@ -24,7 +24,7 @@
 //! memory. Readers bound every probe by the array's own length, which is
 //! immutable, so a torn `(array, len)` pair cannot take them out of bounds.
 
-use super::types::Segment;
+use super::types::Segments;
 use crate::reclaim::Reclaimer;
 use crate::sync::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use core::ptr::{self, NonNull};
@@ -35,7 +35,7 @@ pub(crate) struct Record<T> {
     pub(crate) id: u64,
     pub(crate) value: Arc<T>,
     /// Sorted by start, non-overlapping, non-empty.
-    pub(crate) segments: Box<[Segment]>,
+    pub(crate) segments: Segments,
     pub(crate) base: u64,
     pub(crate) tag: u64,
 }
@@ -45,7 +45,7 @@ impl<T> Record<T> {
     pub(crate) fn boxed(
         id: u64,
         value: Arc<T>,
-        segments: Box<[Segment]>,
+        segments: Segments,
         base: u64,
         tag: u64,
     ) -> NonNull<Record<T>> {
@@ -235,16 +235,16 @@ impl<T> Table<T> {
         let cap = (need.max(8)).next_power_of_two();
         let slots: Box<[Slot<T>]> = (0..cap)
             .map(|i| {
-                let (id, record) = self
-                    .slots()
-                    .get(i)
-                    .filter(|_| i < len)
-                    .map_or((0, ptr::null_mut()), |s| {
-                        (
-                            s.id.load(Ordering::Relaxed),
-                            s.record.load(Ordering::Relaxed),
-                        )
-                    });
+                let (id, record) =
+                    self.slots()
+                        .get(i)
+                        .filter(|_| i < len)
+                        .map_or((0, ptr::null_mut()), |s| {
+                            (
+                                s.id.load(Ordering::Relaxed),
+                                s.record.load(Ordering::Relaxed),
+                            )
+                        });
                 Slot {
                     id: AtomicU64::new(id),
                     record: AtomicPtr::new(record),
@@ -254,10 +254,7 @@ impl<T> Table<T> {
         // SAFETY: `old` is null or came from `Box::into_raw` below, and is
         // owned by the table alone; it moves into the new array's `prev`.
         let prev = NonNull::new(old).map(|p| unsafe { Box::from_raw(p.as_ptr()) });
-        let new = Box::into_raw(Box::new(Array {
-            slots,
-            _prev: prev,
-        }));
+        let new = Box::into_raw(Box::new(Array { slots, _prev: prev }));
         // Release: pairs with the Acquire load in `slots`.
         self.array.store(new, Ordering::Release);
     }

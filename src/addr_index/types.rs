@@ -109,6 +109,25 @@ impl From<Range<u64>> for Segment {
     }
 }
 
+/// A module's segments, sorted by start; the common single segment is kept
+/// inline (no allocation).
+#[derive(Clone, Debug)]
+pub(crate) enum Segments {
+    One(Segment),
+    Many(Box<[Segment]>),
+}
+
+impl core::ops::Deref for Segments {
+    type Target = [Segment];
+
+    fn deref(&self) -> &[Segment] {
+        match self {
+            Segments::One(s) => core::slice::from_ref(s),
+            Segments::Many(s) => s,
+        }
+    }
+}
+
 /// The result of the async-signal-safe
 /// [`AddrIndex::lookup`](crate::AddrIndex::lookup): plain values, no borrow.
 ///
@@ -402,7 +421,7 @@ impl<'g, T> ModuleRef<'g, T> {
 pub struct Removed<T> {
     pub(crate) id: ModuleId,
     pub(crate) value: Arc<T>,
-    pub(crate) segments: Box<[Segment]>,
+    pub(crate) segments: Segments,
     pub(crate) base: u64,
     pub(crate) tag: u64,
 }
