@@ -362,8 +362,8 @@ impl<T> IndexBatch<'_, T> {
     /// });
     /// ```
     pub fn ranges_of(&self, id: ModuleId) -> Option<Vec<Range<u64>>> {
-        // SAFETY: as in `get`.
         self.record(id).map(|r| {
+            // SAFETY: as in `get`.
             unsafe { r.as_ref() }
                 .segments
                 .iter()

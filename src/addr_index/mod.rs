@@ -358,7 +358,8 @@ impl<T> fmt::Debug for AddrIndex<T> {
 
 impl<T> Drop for AddrIndex<T> {
     /// Drops every registered value (each exactly once), then resumes the
-    /// first panic a value's `Drop` raised, if any.
+    /// first panic a value's `Drop` raised, if any (unless the thread is
+    /// already unwinding: a second panic would abort).
     fn drop(&mut self) {
         let mut records = Vec::new();
         self.tables[0].records(|r| records.push(r));
@@ -376,7 +377,7 @@ impl<T> Drop for AddrIndex<T> {
                 panic.get_or_insert(p);
             }
         }
-        if let Some(p) = panic {
+        if let Some(p) = panic.filter(|_| !std::thread::panicking()) {
             std::panic::resume_unwind(p);
         }
     }

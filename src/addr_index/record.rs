@@ -296,11 +296,11 @@ impl<T> Table<T> {
         if len > COMPACT_MIN && live * 2 < len {
             let slots = self.slots();
             let mut to = 0;
-            for from in 0..len {
-                let r = slots[from].record.load(Ordering::Relaxed);
+            for (from, s) in slots[..len].iter().enumerate() {
+                let r = s.record.load(Ordering::Relaxed);
                 if !r.is_null() {
                     if to != from {
-                        self.set_slot(to, slots[from].id.load(Ordering::Relaxed), r);
+                        self.set_slot(to, s.id.load(Ordering::Relaxed), r);
                     }
                     to += 1;
                 }
@@ -319,9 +319,7 @@ impl<T> Table<T> {
             if hi > self.slots().len() {
                 self.grow(hi);
             }
-            let from = src.slots();
-            for i in lo..hi {
-                let s = &from[i];
+            for (i, s) in src.slots().iter().enumerate().take(hi).skip(lo) {
                 self.set_slot(
                     i,
                     s.id.load(Ordering::Relaxed),
