@@ -4,18 +4,19 @@
 //! # No user code under the writer lock
 //!
 //! The single-call writes (`insert_module`, `remove`, `set_value`) collect
-//! and validate their input before taking the lock, pin before it (pinning
-//! may run deferred destructors: never inside the lock), and run only this
-//! module's code under it. No `T` is dropped under the lock on any path:
+//! and validate their input before taking the lock and run only this
+//! module's code under it; no write pins an epoch under it either (pinning
+//! may run deferred destructors). No `T` is dropped under the lock on any
+//! path:
 //!
 //! * a rejected value goes back to the caller in an [`InsertError`];
 //! * a record taken out by a committed transaction (remove, set_value) is
-//!   retired through the epoch once it left both copies (the `release` hook,
-//!   after the second flip), and the epoch is flushed after the lock is
-//!   released;
-//! * a record made by a transaction that rolls back is retired the same way
-//!   (no reader ever validated a read of it, so no grace period is needed,
-//!   but the epoch is the one place that drops outside the lock);
+//!   moved out of the writer state once it left both copies (the `release`
+//!   hook, after the second flip), and retired through the epoch, then
+//!   flushed, after the lock is released (`Gone`);
+//! * a record made by a transaction that rolls back goes the same way (no
+//!   reader ever validated a read of it, but the epoch is the one place
+//!   that drops outside the lock, also while unwinding);
 //! * the closure's own handles (`Removed`, `Arc`s returned by `set_value`)
 //!   are clones: the index's reference outlives them until after the lock.
 

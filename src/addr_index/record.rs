@@ -63,15 +63,24 @@ impl<T> Record<T> {
 /// bounds [`flush`]'s loop, so it is a plain std atomic even under loom.
 static PENDING: core::sync::atomic::AtomicUsize = core::sync::atomic::AtomicUsize::new(0);
 
-/// A retired record: its drop counts down [`PENDING`].
+/// A retired record: its drop counts down [`PENDING`] once the record (and
+/// perhaps its value) is dropped, even if that drop panics.
 #[repr(transparent)]
-struct Retired<T>(Record<T>);
+struct Retired<T>(core::mem::ManuallyDrop<Record<T>>);
 
 impl<T> Drop for Retired<T> {
     fn drop(&mut self) {
-        // Release: pairs with the Acquire load in `flush`, so a flusher that
-        // sees the count drop sees the value's drop too.
-        PENDING.fetch_sub(1, core::sync::atomic::Ordering::Release);
+        struct CountDown;
+        impl Drop for CountDown {
+            fn drop(&mut self) {
+                // Release: pairs with the Acquire load in `flush`, so a
+                // flusher that sees the count drop sees the value's drop.
+                PENDING.fetch_sub(1, core::sync::atomic::Ordering::Release);
+            }
+        }
+        let _count_down = CountDown;
+        // SAFETY: the record is dropped here, once, and never used again.
+        unsafe { core::mem::ManuallyDrop::drop(&mut self.0) };
     }
 }
 
@@ -90,7 +99,8 @@ pub(crate) unsafe fn retire<T>(
     // Relaxed: a count; the destructor's decrement is ordered after it by
     // the epoch's own synchronization.
     PENDING.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
-    // `Retired<T>` is a transparent wrapper: same layout as the box's.
+    // `Retired<T>` is a transparent wrapper (of a transparent wrapper): the
+    // same layout as the box's `Record<T>`.
     // SAFETY: caller; the pointer came from a `Box<Record<T>>`.
     unsafe { reclaim.retire(guard, record.cast::<Retired<T>>()) };
 }
@@ -98,7 +108,9 @@ pub(crate) unsafe fn retire<T>(
 /// Most pin-and-flush rounds [`flush`] runs: two suffice when no other
 /// thread holds a guard (a retired bag is freed two epochs after it was
 /// sealed), the rest work through other threads' garbage queued before it.
-const FLUSH_ROUNDS: usize = 8;
+/// While a guard held elsewhere keeps records pending, every flush spends
+/// them all: a small bound keeps that cheap.
+const FLUSH_ROUNDS: usize = 4;
 
 /// Runs the epoch's collector until every retired record was dropped, or
 /// for [`FLUSH_ROUNDS`] rounds (a guard held elsewhere stops the epoch).
