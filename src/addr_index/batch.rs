@@ -462,8 +462,10 @@ impl<T: Send + Sync + 'static> AddrIndex<T> {
     /// every write it made is rolled back and the panic resumes.
     ///
     /// `f` runs under the index's writer lock: it must not write to this
-    /// index other than through the batch (that panics), and should not
-    /// block.
+    /// index other than through the batch (that panics), should not block,
+    /// and should read through the batch rather than pin a guard (a
+    /// thread's outermost pin may run deferred destructors of removed
+    /// values, which would then run under the lock).
     ///
     /// ```
     /// use latchtree::AddrIndex;

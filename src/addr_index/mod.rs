@@ -204,10 +204,11 @@ struct Writer<T> {
 /// through a guard, as an [`Arc`](std::sync::Arc): `remove` and `set_value`
 /// hand the caller a clone of it. The index lets go of its own reference
 /// once no guard pinned before the removal can still see it: **when no
-/// other thread holds a guard, that happens before `remove` (or
-/// `set_value`, or the `write` that removed it) returns**; otherwise at the
-/// first [`flush`](AddrIndex::flush) (or later write) after those guards are
-/// dropped, or at the latest when crossbeam-epoch's collector next runs.
+/// guard is held on any thread (the caller's included), that happens before
+/// `remove` (or `set_value`, or the `write` that removed it) returns**;
+/// otherwise at the first [`flush`](AddrIndex::flush) (or later removing
+/// write) after those guards are dropped, or at the latest when
+/// crossbeam-epoch's collector next runs on its own.
 /// The value itself is dropped when the last `Arc` goes: the index's, the
 /// caller's [`Removed`], or a clone the caller kept. A value is never dropped
 /// under the writer lock (values of rejected writes are handed back in an
