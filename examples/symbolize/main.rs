@@ -16,8 +16,8 @@
 //!    the unload still resolves.
 //!
 //! ```text
-//! cargo run --release --example symbolize
-//! cargo run --release --example symbolize -- 0x7f12345678 0x5555deadbeef
+//! cargo run --release -p latchtree-examples --bin symbolize
+//! cargo run --release -p latchtree-examples --bin symbolize -- 0x7f12345678 0x5555deadbeef
 //! ```
 //!
 //! Linux (glibc or musl), 64-bit targets only.
