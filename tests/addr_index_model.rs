@@ -121,10 +121,6 @@ impl Oracle {
             self.modules[which % self.modules.len()].id
         }
     }
-
-    fn live(&self, id: ModuleId) -> Option<&Module> {
-        self.modules.iter().find(|m| m.id == id)
-    }
 }
 
 #[derive(Clone, Debug)]
