@@ -63,6 +63,17 @@ use std::sync::Arc;
 /// assert_eq!(index.lookup(0x1800).map(|h| h.id()), Some(new));
 /// assert_eq!(index.stats().writes, 2, "one transaction for the batch");
 /// ```
+///
+/// What a batch's reads borrow cannot leave the batch (a value removed by a
+/// later write may be freed once the batch is over):
+///
+/// ```compile_fail
+/// let index = latchtree::AddrIndex::new();
+/// let escaped = index.write(|b| {
+///     let id = b.insert(0..10, String::from("m")).unwrap();
+///     b.get(id)
+/// });
+/// ```
 pub struct IndexBatch<'b, T> {
     index: &'b AddrIndex<T>,
     txn: Txn<'b, Node<T>>,

@@ -242,6 +242,19 @@ impl RawHit {
 /// assert_eq!((hit.tag(), hit.flags()), (0, 0));
 /// assert_eq!(Some(hit.raw()), index.lookup(0x1ff));
 /// ```
+///
+/// A hit (and the value it borrows) cannot outlive its guard: once the guard
+/// is gone, a removed value may be freed.
+///
+/// ```compile_fail
+/// let index = latchtree::AddrIndex::new();
+/// index.insert(0..10, String::from("m")).unwrap();
+/// let hit = {
+///     let guard = index.pin();
+///     index.module_address(5, &guard).unwrap()
+/// };
+/// assert_eq!(hit.value(), "m");
+/// ```
 #[derive(Debug)]
 pub struct Hit<'g, T> {
     pub(crate) raw: RawHit,
