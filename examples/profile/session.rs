@@ -105,7 +105,10 @@ pub(crate) fn run(per_phase: usize, deadline: Duration) -> Result<Outcome, Strin
 
     let rounds: u32 = 1000;
     let unchanged = Instant::now();
-    let again = (0..rounds).map(|_| OBJECTS.refresh()).last();
+    let mut again = None;
+    for _ in 0..rounds {
+        again = Some(OBJECTS.refresh());
+    }
     println!(
         "== refresh with nothing changed: {}, {:.0} ns each",
         if again.is_some_and(|r| r.rescanned) {
