@@ -137,7 +137,8 @@ impl ObjectInfo {
     /// Where the object's file is: for the main program the target of
     /// `/proc/self/exe` (or `/proc/self/exe` itself if that cannot be read),
     /// for the vDSO `[vdso]`, else the loader's name ([`loader_name`]).
-    /// Not necessarily UTF-8 (a refresh reports it if not).
+    /// Not necessarily UTF-8 (a refresh reports it if not). See the example
+    /// on [`ObjectInfo`].
     ///
     /// [`loader_name`]: ObjectInfo::loader_name
     pub fn path(&self) -> &Path {
@@ -147,35 +148,66 @@ impl ObjectInfo {
     /// The name `dl_iterate_phdr` gave (`dlpi_name`): empty for the main
     /// program on glibc, the vDSO's soname, a library's path as the loader
     /// found it.
+    ///
+    /// ```
+    /// use latchtree::{LoadedObjects, ObjectKind};
+    /// let objects = LoadedObjects::new();
+    /// objects.refresh();
+    /// for object in objects.objects() {
+    ///     let info = object.info();
+    ///     if info.kind() == ObjectKind::Library {
+    ///         assert_eq!(info.path().as_os_str(), info.loader_name());
+    ///     }
+    /// }
+    /// ```
     pub fn loader_name(&self) -> &OsStr {
         &self.loader_name
     }
 
-    /// Main program, vDSO or library.
+    /// Main program, vDSO or library (see the example on [`ObjectKind`]).
     pub fn kind(&self) -> ObjectKind {
         self.kind
     }
 
     /// The load bias (`dlpi_addr`): what the loader added to every
     /// link-time address. `pc - bias` is what `nm`, `addr2line` and
-    /// symbolizers take.
+    /// symbolizers take. See the example on [`ObjectInfo`].
     pub fn bias(&self) -> u64 {
         self.bias
     }
 
     /// The non-empty `PT_LOAD` segments, sorted by address, not
-    /// overlapping (overlapping ones were merged, and reported).
+    /// overlapping (overlapping ones were merged, and reported). See the
+    /// example on [`ObjectInfo`].
     pub fn segments(&self) -> &[LoadSegment] {
         &self.segments
     }
 
     /// The GNU build id, read from the object's `PT_NOTE` segments in
     /// memory; `None` if it has none (or only malformed ones: reported).
+    ///
+    /// ```
+    /// let objects = latchtree::LoadedObjects::new();
+    /// objects.refresh();
+    /// let hit = objects.lookup(main as *const () as u64).unwrap();
+    /// if let Some(id) = objects.object(hit.id()).unwrap().info().build_id() {
+    ///     println!("main program: build id {id}"); // as `readelf -n` prints it
+    /// }
+    /// ```
     pub fn build_id(&self) -> Option<&BuildId> {
         self.build_id.as_ref()
     }
 
     /// The segment containing the run-time address `pc`.
+    ///
+    /// ```
+    /// let objects = latchtree::LoadedObjects::new();
+    /// objects.refresh();
+    /// let pc = main as *const () as u64;
+    /// let info = objects.object(objects.lookup(pc).unwrap().id()).unwrap().info().clone();
+    /// assert!(info.segment_of(pc).is_some_and(|s| s.is_executable()));
+    /// assert!(info.segment_of(0).is_none());
+    /// ```
     pub fn segment_of(&self, pc: u64) -> Option<&LoadSegment> {
         let i = self.segments.partition_point(|s| s.range.end <= pc);
         self.segments.get(i).filter(|s| s.range.contains(&pc))

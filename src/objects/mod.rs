@@ -177,17 +177,19 @@ pub struct ObjectRef {
 }
 
 impl ObjectRef {
-    /// The object's id in the index (never reused).
+    /// The object's id in the index (never reused). See the example on
+    /// [`ObjectRef`].
     pub fn id(&self) -> ModuleId {
         self.id
     }
 
-    /// What is known of the object.
+    /// What is known of the object (see the example on [`ObjectRef`]).
     pub fn info(&self) -> &Arc<ObjectInfo> {
         &self.info
     }
 
-    /// Whether it was still loaded (in the index) when this was made.
+    /// Whether it was still loaded (in the index) when this was made (see
+    /// the example on [`ObjectRef`]).
     pub fn is_loaded(&self) -> bool {
         self.loaded
     }
@@ -213,34 +215,37 @@ pub struct ObjectHit {
 
 impl ObjectHit {
     /// The object's id: store `id().get()` in a sample, turn it back with
-    /// [`ModuleId::from_raw`] and resolve it with [`LoadedObjects::object`].
+    /// [`ModuleId::from_raw`] and resolve it with [`LoadedObjects::object`]
+    /// (see the example on [`LoadedObjects`]).
     pub fn id(&self) -> ModuleId {
         self.raw.id()
     }
 
-    /// The `PT_LOAD` segment that contains the address (run-time bounds).
+    /// The `PT_LOAD` segment that contains the address (run-time bounds;
+    /// see the example on [`ObjectHit`]).
     pub fn segment(&self) -> Range<u64> {
         self.raw.range()
     }
 
     /// `pc - bias`: the address in the object's file, as `nm`, `addr2line`
-    /// and symbolizers take it.
+    /// and symbolizers take it (see the example on [`ObjectHit`]).
     pub fn link_address(&self) -> u64 {
         self.raw.module_offset(self.pc)
     }
 
-    /// The object's load bias.
+    /// The object's load bias (see the example on [`ObjectHit`]).
     pub fn bias(&self) -> u64 {
         self.raw.base()
     }
 
-    /// The segment's `p_flags`: `PF_X` (1), `PF_W` (2), `PF_R` (4).
+    /// The segment's `p_flags`: `PF_X` (1), `PF_W` (2), `PF_R` (4) (see the
+    /// example on [`ObjectHit`]).
     pub fn flags(&self) -> u32 {
         self.raw.flags()
     }
 
     /// Whether the segment is executable (`PF_X`): a pc in a data segment
-    /// is no code address.
+    /// is no code address (see the example on [`ObjectHit`]).
     pub fn is_executable(&self) -> bool {
         self.flags() & PF_X != 0
     }

@@ -10,8 +10,10 @@ use std::path::Path;
 /// other objects go in regardless.
 ///
 /// ```
-/// use latchtree::ProblemKind;
-/// assert_eq!(ProblemKind::NoLoadSegment.to_string(), "no non-empty PT_LOAD segment: not indexed");
+/// let objects = latchtree::LoadedObjects::new();
+/// for problem in &objects.refresh().problems {
+///     eprintln!("{} at {:#x}: {}", problem.path().display(), problem.bias(), problem.kind());
+/// }
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Problem {
@@ -22,17 +24,17 @@ pub struct Problem {
 
 impl Problem {
     /// The object's path (as [`ObjectInfo::path`](crate::ObjectInfo::path)
-    /// would give it).
+    /// would give it; see the example on [`Problem`]).
     pub fn path(&self) -> &Path {
         &self.path
     }
 
-    /// The object's load bias.
+    /// The object's load bias (see the example on [`Problem`]).
     pub fn bias(&self) -> u64 {
         self.bias
     }
 
-    /// What was odd.
+    /// What was odd (see the example on [`Problem`]).
     pub fn kind(&self) -> &ProblemKind {
         &self.kind
     }
@@ -51,6 +53,11 @@ impl fmt::Display for Problem {
 }
 
 /// The kinds of [`Problem`].
+///
+/// ```
+/// use latchtree::ProblemKind;
+/// assert_eq!(ProblemKind::NoLoadSegment.to_string(), "no non-empty PT_LOAD segment: not indexed");
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ProblemKind {
