@@ -6,7 +6,8 @@
 //! Sections: single-threaded lookups at several sizes; the Linux kernel's
 //! `__module_address` workload (84 modules, 90% of addresses inside one);
 //! write costs; readers with and without a concurrent writer; memory per
-//! entry (counting global allocator). Results also go to `DIR/compare.csv`,
+//! entry (counting global allocator); "which loaded object holds this pc"
+//! against glibc's `_dl_find_object` and `dladdr`. Results also go to `DIR/compare.csv`,
 //! `DIR/lookup.svg` and `DIR/readers.svg`.
 //!
 //! ```text
@@ -33,6 +34,7 @@ mod concurrent;
 mod lookups;
 mod measure;
 mod memory;
+mod objects;
 mod report;
 mod writes;
 
@@ -293,6 +295,16 @@ fn targets(rows: &[Row], readers_max: usize) -> Vec<String> {
         );
     }
 
+    // "Which loaded object holds this pc", against glibc.
+    let obj = |s: &str| find(rows, "objects", objects::CASE, s);
+    line(
+        "LoadedObjects::lookup vs glibc _dl_find_object (this process's objects)".into(),
+        obj(objects::LOADED),
+        obj(objects::DL_FIND_OBJECT),
+        ns,
+        le(0.5),
+    );
+
     // Memory (bytes per entry; the baseline row is BTreeMap's).
     for r in rows.iter().filter(|r| r.section == "memory") {
         let limit = if r.structure == LATCHTREE {
@@ -389,11 +401,13 @@ fn main() -> Result<(), Box<dyn Error>> {
 
     let mut rows = Vec::new();
     let mut spent = Vec::new();
-    let sections: [(&str, Section); 4] = [
+    let sections: [(&str, Section); 5] = [
         ("lookups", lookups::run),
         ("writes", writes::run),
         ("readers", concurrent::run),
         ("memory", memory::run),
+        // Last: it loads a few dozen libraries into this process.
+        ("objects", objects::run),
     ];
     for (name, section) in sections {
         let t = Instant::now();
@@ -405,7 +419,7 @@ fn main() -> Result<(), Box<dyn Error>> {
     print!("{}", report::table(&rows));
     println!();
     println!(
-        "vs BTree: ratio to BTreeMap in the same case (readers rows: to single-threaded BTreeMap on kernel84)"
+        "vs BTree: ratio to BTreeMap in the same case (readers rows: to single-threaded BTreeMap on kernel84; objects rows: to glibc _dl_find_object)"
     );
     println!("writer: updates/s completed by the writer thread (one insert or one remove each)");
     println!();

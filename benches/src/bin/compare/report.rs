@@ -62,9 +62,15 @@ impl Row {
 /// Sets the baseline of every row of `case` in `section` to the value of
 /// its `BTreeMap` row.
 pub(crate) fn set_baseline(rows: &mut [Row], section: &str, case: &str) {
+    set_baseline_to(rows, section, case, crate::BTREEMAP);
+}
+
+/// Sets the baseline of every row of `case` in `section` to the value of
+/// its `structure` row (none if that row is missing).
+pub(crate) fn set_baseline_to(rows: &mut [Row], section: &str, case: &str, structure: &str) {
     let base = rows
         .iter()
-        .find(|r| r.section == section && r.case == case && r.structure == crate::BTREEMAP)
+        .find(|r| r.section == section && r.case == case && r.structure == structure)
         .map(|r| r.value);
     for r in rows
         .iter_mut()
