@@ -12,7 +12,8 @@ type Series = (String, Vec<(f64, f64)>);
 /// Groups rows into one series per structure, in first-seen order.
 fn series(rows: &[&Row], x: impl Fn(&Row) -> f64) -> Vec<Series> {
     let mut out: Vec<Series> = Vec::new();
-    for r in rows {
+    // A point that is not finite and positive would hang the log scale.
+    for r in rows.iter().filter(|r| r.value.is_finite() && r.value > 0.0) {
         let p = (x(r), r.value);
         match out.iter_mut().find(|(name, _)| name == r.structure) {
             Some((_, pts)) => pts.push(p),

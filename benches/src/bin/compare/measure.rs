@@ -191,7 +191,9 @@ where
                     let mut acc = 0u64;
                     barrier.wait();
                     let (t0, c0) = (Instant::now(), thread_cpu());
-                    while !stop.load(Ordering::Relaxed) {
+                    // At least one block, so that a reader starved of CPU
+                    // on a loaded machine still reports a finite time.
+                    loop {
                         for _ in 0..256 {
                             if let Some(x) = f(black_box(queries[i & mask])) {
                                 acc = acc.wrapping_add(x);
@@ -199,6 +201,9 @@ where
                             i += 1;
                         }
                         ops += 256;
+                        if stop.load(Ordering::Relaxed) {
+                            break;
+                        }
                     }
                     let (wall, cpu) = (t0.elapsed(), thread_cpu() - c0);
                     black_box(acc);
