@@ -95,7 +95,8 @@ mod sync;
 
 pub use addr_index::{AddrIndex, AddrIndexError, Hit, ModuleId, RawHit};
 pub use crossbeam_epoch::{Collector, Guard, LocalHandle, pin};
-pub use latch_tree::{Batch, LatchTree};
+pub use latch_tree::{Batch, Iter, Keys, LatchTree, Range, UnsortedInput, Values};
+pub use reclaim::swallowed_drop_panics;
 pub use stats::Stats;
 
 /// The README's examples, compiled and run as doctests.
