@@ -15,7 +15,7 @@ use core::ptr::{self, NonNull};
 
 impl<N: Linked, W> RawTree<N, W> {
     /// Makes `nodes` the whole content of this empty tree, in both copies,
-    /// and counts one write.
+    /// and counts one write (none if `nodes` is empty: nothing changed).
     ///
     /// # Safety
     /// The tree is empty; `nodes` are live, distinct, in no tree, in
@@ -24,6 +24,9 @@ impl<N: Linked, W> RawTree<N, W> {
     pub(crate) unsafe fn build(&mut self, nodes: &[NonNull<N>]) {
         let s = &self.shared;
         debug_assert!(s.roots[0].load(Ordering::Relaxed).is_null());
+        if nodes.is_empty() {
+            return;
+        }
         let full = (nodes.len() + 1).ilog2() as usize;
         // SAFETY: forwarded from the caller.
         let root = unsafe { link(nodes, ptr::null_mut(), 0, full) };
