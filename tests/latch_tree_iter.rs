@@ -53,7 +53,10 @@ fn check_walk(keys: &[u64], increasing: bool, lo: u64, hi: u64, stable: u64) {
             w[1]
         );
     }
-    assert!(keys.iter().all(|&k| (lo..hi).contains(&k)), "a key outside the range");
+    assert!(
+        keys.iter().all(|&k| (lo..hi).contains(&k)),
+        "a key outside the range"
+    );
     let stable_seen = keys.iter().filter(|&&k| is_stable(k)).count() as u64;
     let stable_in_range = (lo..hi.min(stable * 4)).filter(|&k| is_stable(k)).count() as u64;
     assert_eq!(stable_seen, stable_in_range, "a stable key was skipped");
@@ -138,7 +141,8 @@ fn iterators_yield_every_stable_key_once_in_order_under_churn() {
                                 let lo = rng.below(top);
                                 let hi = lo + rng.below(top);
                                 let forward = rng.chance(50);
-                                let range = tree.range((Bound::Included(lo), Bound::Excluded(hi)), &guard);
+                                let range =
+                                    tree.range((Bound::Included(lo), Bound::Excluded(hi)), &guard);
                                 let keys: Vec<u64> = if forward {
                                     range.map(|(k, _)| *k).collect()
                                 } else {
@@ -191,7 +195,9 @@ fn iterators_yield_every_stable_key_once_in_order_under_churn() {
 /// version.
 #[test]
 fn an_iterator_continues_after_its_last_key_in_the_current_version() {
-    let tree: LatchTree<u32, char> = [(1, 'a'), (2, 'b'), (4, 'd'), (5, 'e')].into_iter().collect();
+    let tree: LatchTree<u32, char> = [(1, 'a'), (2, 'b'), (4, 'd'), (5, 'e')]
+        .into_iter()
+        .collect();
     let guard = latchtree::pin();
     let mut it = tree.iter(&guard);
     assert_eq!(it.next(), Some((&1, &'a')));

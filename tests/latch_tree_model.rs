@@ -126,7 +126,11 @@ fn walk<I: DoubleEndedIterator<Item = (u16, u32)>>(it: I, want: &[(u16, u32)], e
 }
 
 /// Applies a batch change to the batch and to the model; checks the reads.
-fn change_both(batch: &mut latchtree::Batch<'_, u16, u32>, model: &mut BTreeMap<u16, u32>, c: &Change) {
+fn change_both(
+    batch: &mut latchtree::Batch<'_, u16, u32>,
+    model: &mut BTreeMap<u16, u32>,
+    c: &Change,
+) {
     match *c {
         Change::Insert(k, v) => assert_eq!(batch.insert(k, v), model.insert(k, v).is_none()),
         Change::Remove(k) => assert_eq!(batch.remove(&k), model.remove(&k).is_some()),
@@ -183,7 +187,11 @@ fn run(ops: Vec<Op>) {
                         change_both(batch, &mut model, c);
                     }
                     // The tree itself still shows the old version.
-                    assert!(tree.iter(&latchtree::pin()).map(|(k, v)| (*k, *v)).eq(before.clone()));
+                    assert!(
+                        tree.iter(&latchtree::pin())
+                            .map(|(k, v)| (*k, *v))
+                            .eq(before.clone())
+                    );
                 });
             }
             Op::Snapshot => {
@@ -325,13 +333,15 @@ proptest! {
 fn bulk_load_builds_a_valid_tree_of_every_size() {
     for n in 0..if cfg!(miri) { 40 } else { 600 } {
         let tree = LatchTree::from_sorted((0..n).map(|k| (k, k))).unwrap();
-        tree.check_invariants().unwrap_or_else(|e| panic!("n = {n}: {e}"));
+        tree.check_invariants()
+            .unwrap_or_else(|e| panic!("n = {n}: {e}"));
         assert_eq!(tree.len(), n as usize);
         assert_eq!(tree.stats().writes, u64::from(n > 0));
         // Later writes keep it valid.
         tree.insert(n / 2, 0);
         tree.remove(&(n / 3));
-        tree.check_invariants().unwrap_or_else(|e| panic!("n = {n}: {e}"));
+        tree.check_invariants()
+            .unwrap_or_else(|e| panic!("n = {n}: {e}"));
     }
 }
 
