@@ -13,10 +13,15 @@
 //! (for an iterator: the successor of the last key it yielded), so that a
 //! writer never makes a cursor skip or repeat anything of a version.
 //!
-//! Parent links are read with `Acquire` and written with `Release` like
-//! child links (`links.rs`), so a node reached upwards has its fields
-//! visible. Each step is capped at [`MAX_DEPTH`] links down and up: a copy
-//! rewritten under a slow cursor cannot loop it (its re-check fails).
+//! A step reads only link words (atomics) before it validates; the node's
+//! key and value are read by the front-end only after a step passed its
+//! re-check, when they belong to version `s` and are visible through the
+//! `Acquire` load of `s`. Parent links are stored with `Release` and loaded
+//! with `Acquire` like child links (`links.rs`) all the same, so that no
+//! argument here rests on that order of reads alone. Each step is capped at
+//! [`MAX_DEPTH`] links down and up: a copy rewritten under a slow cursor
+//! cannot loop it (its re-check fails). `tests/loom_iter.rs` fails when the
+//! re-check is removed.
 
 use super::latch::Latch;
 use super::links::{Dir, Linked};
