@@ -17,7 +17,7 @@ use common::Rng;
 
 /// Stable keys are multiples of 4; churned keys are the others.
 fn is_stable(k: u64) -> bool {
-    k % 4 == 0
+    k.is_multiple_of(4)
 }
 
 struct Cfg {

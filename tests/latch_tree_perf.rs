@@ -38,53 +38,39 @@ fn iter_and_range_against_btreemap_at_4096() {
     let loaded = LatchTree::from_sorted((0..n).map(|k| (k, k))).unwrap();
     let t_loaded = best_of(15, || {
         for _ in 0..reps {
-            black_box(
-                loaded
-                    .iter(&guard)
-                    .map(|(k, v)| k ^ v)
-                    .fold(0, |a, x| a + x),
-            );
+            black_box(loaded.iter(&guard).map(|(k, v)| k ^ v).sum::<u64>());
         }
     });
     let t_tree = best_of(15, || {
         for _ in 0..reps {
-            black_box(tree.iter(&guard).map(|(k, v)| k ^ v).fold(0, |a, x| a + x));
+            black_box(tree.iter(&guard).map(|(k, v)| k ^ v).sum::<u64>());
         }
     });
     let t_map = best_of(15, || {
         for _ in 0..reps {
-            black_box(map.iter().map(|(k, v)| k ^ v).fold(0, |a, x| a + x));
+            black_box(map.iter().map(|(k, v)| k ^ v).sum::<u64>());
         }
     });
     let t_rev = best_of(15, || {
         for _ in 0..reps {
-            black_box(
-                tree.iter(&guard)
-                    .rev()
-                    .map(|(k, v)| k ^ v)
-                    .fold(0, |a, x| a + x),
-            );
+            black_box(tree.iter(&guard).rev().map(|(k, v)| k ^ v).sum::<u64>());
         }
     });
     let t_map_rev = best_of(15, || {
         for _ in 0..reps {
-            black_box(map.iter().rev().map(|(k, v)| k ^ v).fold(0, |a, x| a + x));
+            black_box(map.iter().rev().map(|(k, v)| k ^ v).sum::<u64>());
         }
     });
     let lo = n / 4;
     let hi = 3 * n / 4;
     let t_range = best_of(15, || {
         for _ in 0..reps {
-            black_box(
-                tree.range(lo..hi, &guard)
-                    .map(|(k, _)| *k)
-                    .fold(0, |a, x| a + x),
-            );
+            black_box(tree.range(lo..hi, &guard).map(|(k, _)| *k).sum::<u64>());
         }
     });
     let t_map_range = best_of(15, || {
         for _ in 0..reps {
-            black_box(map.range(lo..hi).map(|(k, _)| *k).fold(0, |a, x| a + x));
+            black_box(map.range(lo..hi).map(|(k, _)| *k).sum::<u64>());
         }
     });
     let per = |d: Duration, items: u64| d.as_nanos() as f64 / (reps as f64 * items as f64);
@@ -170,7 +156,7 @@ fn cachegrind_iter_latchtree() {
     }
     let g = latchtree::pin();
     for _ in 0..reps() {
-        black_box(tree.iter(&g).count());
+        black_box(tree.iter(&g).map(|(k, v)| k ^ v).sum::<u64>());
     }
 }
 
@@ -184,6 +170,6 @@ fn cachegrind_iter_btreemap() {
         map.insert(k, k);
     }
     for _ in 0..reps() {
-        black_box(map.iter().count());
+        black_box(map.iter().map(|(k, v)| k ^ v).sum::<u64>());
     }
 }

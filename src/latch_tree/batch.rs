@@ -40,6 +40,10 @@ impl<K, V> fmt::Debug for Batch<'_, K, V> {
     }
 }
 
+/// A key and value a write did not take, handed back to be dropped after
+/// the writer lock is released.
+pub(super) type Rejected<K, V> = Option<(K, V)>;
+
 /// Which way to go from `node` when looking for `key`.
 #[inline(always)]
 fn toward<K: Borrow<Q>, V, Q: Ord + ?Sized>(key: &Q, node: &Node<K, V>) -> Option<Dir> {
@@ -125,14 +129,14 @@ impl<K: Ord, V> Batch<'_, K, V> {
         &mut self,
         key: K,
         value: V,
-    ) -> Result<NonNull<Node<K, V>>, (NonNull<Node<K, V>>, (K, V))> {
+    ) -> (NonNull<Node<K, V>>, Rejected<K, V>) {
         match self.find_owned(key, value) {
-            (key, value, Slot::Occupied(old)) => Err((old, (key, value))),
+            (key, value, Slot::Occupied(old)) => (old, Some((key, value))),
             (key, value, slot) => {
                 let node = Node::alloc(key, value);
                 // SAFETY: as in `insert`.
                 unsafe { self.txn.insert(node, slot) };
-                Ok(node)
+                (node, None)
             }
         }
     }

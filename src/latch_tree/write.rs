@@ -137,10 +137,7 @@ impl<K: Ord + Send + 'static, V: Send + 'static> LatchTree<K, V> {
             return v;
         }
         let value = f();
-        let (node, rejected) = self.write(|batch| match batch.insert_if_absent(key, value) {
-            Ok(node) => (node, None),
-            Err((node, kv)) => (node, Some(kv)),
-        });
+        let (node, rejected) = self.write(|batch| batch.insert_if_absent(key, value));
         drop(rejected);
         // `node` was in the tree when the write committed.
         // SAFETY: so, as for `removed`, it is retired (if ever) after
@@ -250,7 +247,7 @@ impl<K: Ord + Send + 'static, V: Send + 'static> LatchTree<K, V> {
 /// started after `guard` pinned (and `guard` pins this tree's collector).
 /// Then it is retired, if ever, after `guard` pinned, so crossbeam frees it
 /// only after `guard` is gone.
-unsafe fn removed<'g, K, V>(node: NonNull<Node<K, V>>, _guard: &'g Guard) -> &'g Node<K, V> {
+unsafe fn removed<K, V>(node: NonNull<Node<K, V>>, _guard: &Guard) -> &Node<K, V> {
     // SAFETY: caller.
     unsafe { node.as_ref() }
 }

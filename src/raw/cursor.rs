@@ -119,10 +119,11 @@ impl<'g, N: Linked> Cursor<'g, N> {
 /// The neighbour of `node` toward `dir` in copy `copy`: `Some(None)` if there
 /// is none, `None` if the walk exceeded the cap (a torn copy).
 #[inline(always)]
-fn neighbour<'g, N: Linked>(node: &'g N, copy: usize, dir: Dir) -> Option<Option<&'g N>> {
-    // SAFETY (every dereference below): by `RawTree::seek`'s contract every
-    // pointer a cursor can load from this tree, child or parent, points to
-    // memory valid for 'g; `Acquire` loads make its fields visible.
+fn neighbour<N: Linked>(node: &N, copy: usize, dir: Dir) -> Option<Option<&N>> {
+    // By `RawTree::seek`'s contract every pointer a cursor can load from
+    // this tree, child or parent, points to memory valid for as long as the
+    // cursor's `node` borrow; `Acquire` loads make its fields visible.
+    // SAFETY: so this dereference (and each one below) is valid.
     if let Some(mut n) = unsafe { node.links(copy).load_child(dir).as_ref() } {
         // Down one step toward `dir`, then as far as possible the other way.
         for _ in 0..MAX_DEPTH {
