@@ -85,7 +85,7 @@ impl<K: Ord, V> LatchTree<K, V> {
     /// assert_eq!(tree.range(7..2, &guard).next(), None);
     ///
     /// let names: latchtree::LatchTree<_, _> = [("ant".to_string(), 1), ("bee".to_string(), 2)].into_iter().collect();
-    /// assert_eq!(names.range::<str, _>(("b", Included("c")), &guard).count(), 1);
+    /// assert_eq!(names.range::<str, _>((Included("b"), Excluded("c")), &guard).count(), 1);
     /// ```
     ///
     /// An item cannot outlive its guard:
