@@ -1,5 +1,6 @@
-//! A **latched red-black tree**: an ordered map whose readers never block,
-//! never wait for a writer and never write shared memory, and on top of it an
+//! A **latched red-black tree**: an ordered map whose readers never block and
+//! never wait for a writer (and write no shared memory unless a write lands
+//! during their read: then they retry, and count the retry), and on top of it an
 //! **address-range index** whose [`AddrIndex::lookup`] answers "which module
 //! contains this address" from any thread — including a signal handler that
 //! interrupted the very thread that is registering a module.
@@ -60,6 +61,11 @@
 //! assert_eq!((hit.id(), hit.offset(0x40_1234)), (id, 0x1234));
 //! ```
 //!
+//! **Profilers, symbolizers, JIT runtimes:** the [`guide`] says what a
+//! signal handler may call, what it should record, and how a sample still
+//! resolves after its module was unloaded (with a compiled example that
+//! installs a real handler).
+//!
 //! # Guarantees
 //!
 //! * **Readers never wait**, not for a writer on another thread, nor for one
@@ -87,13 +93,17 @@
 #![warn(rust_2018_idioms)]
 
 mod addr_index;
+pub mod guide;
 mod latch_tree;
 mod raw;
 mod reclaim;
 mod stats;
 mod sync;
 
-pub use addr_index::{AddrIndex, AddrIndexError, Hit, ModuleId, RawHit};
+pub use addr_index::{
+    AddrIndex, AddrIndexError, Hit, IndexBatch, InsertError, ModuleId, ModuleMeta, ModuleRef,
+    RawHit, Removed, Segment,
+};
 pub use crossbeam_epoch::{Collector, Guard, LocalHandle, pin};
 pub use latch_tree::{Batch, Iter, Keys, LatchTree, Range, UnsortedInput, Values};
 pub use reclaim::swallowed_drop_panics;

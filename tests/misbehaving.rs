@@ -5,7 +5,7 @@
 //!
 //! Sizes shrink under Miri (run with `-Zmiri-tree-borrows`).
 
-use latchtree::{AddrIndex, Batch, Collector, LatchTree};
+use latchtree::{AddrIndex, AddrIndexError, Batch, Collector, LatchTree};
 use std::cell::Cell;
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
@@ -843,7 +843,7 @@ fn addr_index_contains_panicking_module_drops() {
     // Removing armed modules: the panic happens later, in a flush, and is
     // contained.
     for &id in ids.iter().step_by(2) {
-        assert!(index.remove(id));
+        assert!(index.remove(id).is_some());
     }
     let removed = ids.len().div_ceil(2);
     for _ in 0..1_000_000 {
@@ -860,11 +860,14 @@ fn addr_index_contains_panicking_module_drops() {
     );
     assert_eq!(index.lookup(0x105).map(|h| h.id()), Some(ids[1]));
     index.check_invariants().unwrap();
-    // A rejected module whose value panics when dropped: the panic
-    // propagates, and the index is unchanged and still works.
-    let r = catch_unwind(AssertUnwindSafe(|| {
-        index.insert(0x105..0x106, Bomb::new(999, true, &tally))
-    }));
+    // A rejected module whose value panics when dropped: the value comes
+    // back (never dropped under the writer lock), dropping it panics in the
+    // caller's frame, and the index is unchanged and still works.
+    let err = index
+        .insert(0x105..0x106, Bomb::new(999, true, &tally))
+        .unwrap_err();
+    assert!(matches!(err.error(), AddrIndexError::Overlap { .. }));
+    let r = catch_unwind(AssertUnwindSafe(|| drop(err)));
     assert!(panic_message(&*r.expect_err("the bomb went off")).contains(BOMB_MESSAGE));
     assert_eq!(index.module_count(), ids.len() - removed);
     index.check_invariants().unwrap();
@@ -977,7 +980,10 @@ static COMPANIONS: AddrIndex<Companion> = AddrIndex::new();
 impl Drop for Companion {
     fn drop(&mut self) {
         if let Some(id) = self.0 {
-            assert!(COMPANIONS.remove(id), "companion {id} was not registered");
+            assert!(
+                COMPANIONS.remove(id).is_some(),
+                "companion {id} was not registered"
+            );
         }
     }
 }
@@ -1001,7 +1007,7 @@ fn module_value_drop_that_writes_to_the_same_index_takes_effect() {
             let main = COMPANIONS
                 .insert(base..base + 0x10, Companion(Some(companion)))
                 .unwrap();
-            assert!(COMPANIONS.remove(main));
+            assert!(COMPANIONS.remove(main).is_some());
         }
         for _ in 0..100_000 {
             if COMPANIONS.module_count() == 0 {

@@ -21,7 +21,7 @@ fn racing_double_remove_never_erases_another_modules_range() {
                     let (index, barrier) = (&index, &barrier);
                     s.spawn(move || {
                         barrier.wait();
-                        index.remove(id)
+                        index.remove(id).is_some()
                     })
                 })
                 .collect();

@@ -1,23 +1,26 @@
 //! A real signal handler calling the async-signal-safe `AddrIndex::lookup`
 //! while the thread it interrupted is in the middle of a write.
 //!
-//! One thread registers and removes modules (single- and multi-range) on a
-//! `static` index in a tight loop; another sends it `SIGUSR1` as fast as it
-//! handles them. The handler looks up an address of a module that is never
-//! removed (must hit, with the right id and range), addresses never
-//! registered (must miss) and every range of one churned slot (its module
-//! must be seen whole or not at all), and records the results in static
-//! atomics. It must
+//! One thread registers, removes, replaces in place (`set_value`) and
+//! re-registers in batches (remove + insert, two inserts) modules with
+//! per-module base and tag and per-range flags on a `static` index in a
+//! tight loop; another sends it `SIGUSR1` as fast as it handles them. The
+//! handler looks up an address of a module that is never removed (must hit,
+//! with the right id, range, base, tag and flags), addresses never
+//! registered (must miss) and every range of the churned slots it picks and
+//! of those being written (each module must be seen whole or not at all,
+//! every hit with the base, flags and a tag of that module, old or new, never
+//! another's), and records the results in static atomics. It must
 //! always answer correctly and never wait: it reads the copy the interrupted
 //! writer is not touching, so the range tree's latch never has to retry.
 
 #![cfg(all(unix, not(miri)))]
 
-use latchtree::AddrIndex;
+use latchtree::{AddrIndex, ModuleId, ModuleMeta, Segment};
 use std::ops::Range;
 use std::os::unix::thread::JoinHandleExt;
 use std::sync::atomic::{
-    AtomicBool, AtomicU8, AtomicU64,
+    AtomicBool, AtomicU64,
     Ordering::{Acquire, Relaxed, Release, SeqCst},
     compiler_fence,
 };
@@ -53,14 +56,17 @@ fn slot_ranges(j: u64) -> [Range<u64>; 3] {
 }
 
 static STABLE_ID: AtomicU64 = AtomicU64::new(0);
+/// The stable module's base and tag.
+const STABLE_BASE: u64 = 0x3fff_0000;
+const STABLE_TAG: u64 = 0x57AB_1E00_0000_0000;
 static IN_WRITE: AtomicBool = AtomicBool::new(false);
 static WRITER_DONE: AtomicBool = AtomicBool::new(false);
 static SENDER_DONE: AtomicBool = AtomicBool::new(false);
 
 /// Handler runs.
 static HANDLED: AtomicU64 = AtomicU64::new(0);
-/// Handler runs that interrupted a write (`insert`, `insert_module` or
-/// `remove` on the index).
+/// Handler runs that interrupted a write (`insert`, `insert_module`,
+/// `remove`, `set_value` or a batch on the index).
 static MID_WRITE: AtomicU64 = AtomicU64::new(0);
 /// Correct answers about the stable module and never-registered addresses.
 static RIGHT: AtomicU64 = AtomicU64::new(0);
@@ -68,13 +74,26 @@ static RIGHT: AtomicU64 = AtomicU64::new(0);
 static WRONG: AtomicU64 = AtomicU64::new(0);
 /// Lookups in the churned area that found a whole module.
 static CHURN_HITS: AtomicU64 = AtomicU64::new(0);
-/// Per slot: which of its ranges (bit `b` for `slot_ranges(j)[b]`) the
-/// module that is, was or is about to be registered there owns. Set before
-/// the insert starts and cleared after the remove returns, so whenever any
-/// range of the slot is indexed it describes that module.
-static SLOT_MASK: [AtomicU8; SLOTS as usize] = [const { AtomicU8::new(0) }; SLOTS as usize];
-/// The slot whose module is being registered or removed (`u64::MAX`: none).
-static WRITING_SLOT: AtomicU64 = AtomicU64::new(u64::MAX);
+/// Per slot: the generation of the module registered there (0: none yet),
+/// and the generation a write in progress is installing. A hit's tag must
+/// carry one of the two.
+static SLOT_GEN: [AtomicU64; SLOTS as usize] = [const { AtomicU64::new(0) }; SLOTS as usize];
+static SLOT_NEXT: [AtomicU64; SLOTS as usize] = [const { AtomicU64::new(0) }; SLOTS as usize];
+/// The slots a write in progress touches (`u64::MAX`: none).
+static WRITING_SLOTS: [AtomicU64; 2] = [const { AtomicU64::new(u64::MAX) }; 2];
+
+/// A churned module's tag: its slot, which of the slot's ranges it owns
+/// (bit `b` for `slot_ranges(j)[b]`) and its generation. A handler can
+/// check a hit against it without any other state.
+fn slot_tag(j: u64, mask: u64, generation: u64) -> u64 {
+    (j << 40) | (mask << 32) | generation
+}
+
+/// A churned module's base: below its slot's ranges, so that
+/// `module_offset` differs from the per-range `offset`.
+fn slot_base(j: u64) -> u64 {
+    slot_ranges(j)[0].start - 0x100
+}
 
 fn tally(ok: bool) {
     if ok {
@@ -93,40 +112,56 @@ extern "C" fn on_sigusr1(_signal: libc::c_int) {
         MID_WRITE.fetch_add(1, Relaxed);
     }
     let stable_id = STABLE_ID.load(Relaxed);
-    for r in &STABLE {
+    for (b, r) in STABLE.iter().enumerate() {
         let addr = r.start + n % (r.end - r.start);
         tally(INDEX.lookup(addr).is_some_and(|hit| {
-            hit.id().get() == stable_id && hit.range() == *r && hit.offset(addr) == addr - r.start
+            hit.id().get() == stable_id
+                && hit.range() == *r
+                && hit.offset(addr) == addr - r.start
+                && (hit.base(), hit.tag(), hit.flags()) == (STABLE_BASE, STABLE_TAG, b as u32 + 1)
+                && hit.module_offset(addr) == addr - STABLE_BASE
         }));
     }
     tally(INDEX.lookup(NEVER[(n % 3) as usize]).is_none());
-    // A churned slot, and the slot being written if any: the module there is
-    // visible whole (every range it owns, each with its id) or not at all,
-    // never half-registered or half-removed, though the write may be halfway.
+    // A churned slot, and the slots being written if any: the module there is
+    // visible whole (every range it owns, each with its id, base, tag and
+    // flags) or not at all, never half-registered, half-removed or
+    // half-replaced, though the write may be halfway.
     check_slot(n % SLOTS, n, stable_id);
-    let writing = WRITING_SLOT.load(Relaxed);
-    if writing < SLOTS {
-        check_slot(writing, n, stable_id);
+    for w in &WRITING_SLOTS {
+        let writing = w.load(Relaxed);
+        if writing < SLOTS {
+            check_slot(writing, n, stable_id);
+        }
     }
 }
 
-/// Checks that slot `j`'s module is visible whole or not at all.
+/// Checks that slot `j`'s module is visible whole or not at all, with the
+/// base, tag and flags it was registered with.
 fn check_slot(j: u64, n: u64, stable_id: u64) {
-    let mask = SLOT_MASK[j as usize].load(Relaxed);
     let hits = slot_ranges(j).map(|r| {
-        INDEX
-            .lookup(r.start + n % (r.end - r.start))
-            .map(|h| (h.id(), h.range() == r))
+        let addr = r.start + n % (r.end - r.start);
+        INDEX.lookup(addr).map(|h| (h, addr, r))
     });
-    if hits.iter().all(Option::is_none) {
+    let Some(&(first, ..)) = hits.iter().flatten().next() else {
         return;
-    }
-    let first = hits.iter().flatten().next().map(|&(id, _)| id);
+    };
+    let tag = first.tag();
+    let (slot, mask, generation) = (tag >> 40, (tag >> 32) & 0xff, tag & 0xffff_ffff);
+    let known = [&SLOT_GEN[j as usize], &SLOT_NEXT[j as usize]].map(|g| g.load(Relaxed));
     let whole = (0..3).all(|b| match hits[b] {
-        Some((id, range_ok)) => mask & (1 << b) != 0 && Some(id) == first && range_ok,
+        Some((h, addr, ref r)) => {
+            mask & (1 << b) != 0
+                && h.id() == first.id()
+                && h.range() == *r
+                && h.tag() == tag
+                && h.base() == slot_base(j)
+                && h.module_offset(addr) == addr - slot_base(j)
+                && h.flags() == b as u32 + 1
+        }
         None => mask & (1 << b) == 0,
     });
-    if whole && first.is_some_and(|id| id.get() > stable_id) {
+    if whole && slot == j && known.contains(&generation) && first.id().get() > stable_id {
         CHURN_HITS.fetch_add(1, Relaxed);
     } else {
         WRONG.fetch_add(1, Relaxed);
@@ -156,67 +191,140 @@ fn in_write<R>(f: impl FnOnce() -> R) -> R {
     r
 }
 
-/// The interrupted thread: registers and removes modules until the time or
-/// operation budget runs out. Returns the number of writes.
+/// The slot's ranges in `mask`, as segments with flags `b + 1`.
+fn segments(j: u64, mask: u64) -> Vec<Segment> {
+    let all = slot_ranges(j);
+    (0..3)
+        .filter(|b| mask & (1 << b) != 0)
+        .map(|b| Segment {
+            range: all[b].clone(),
+            flags: b as u32 + 1,
+        })
+        .collect()
+}
+
+/// The interrupted thread: registers, removes, replaces in place and
+/// re-registers (in batches) modules until the time or operation budget
+/// runs out. Returns the number of writes.
 fn writer(time: Duration, max_writes: u64) -> u64 {
-    let mut live: Vec<Option<latchtree::ModuleId>> = vec![None; SLOTS as usize];
+    // Per slot: the live module and the ranges it owns.
+    let mut live: Vec<Option<(ModuleId, u64)>> = vec![None; SLOTS as usize];
+    let mut generation = 0;
     let mut x: u64 = 0x2545_F491_4F6C_DD1D;
+    let mut rand = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
     let start = Instant::now();
     let mut writes = 0;
+    // Announces a write of slot `j` installing `next`; returns its tag.
+    let announce = |j: u64, k: usize, next: u64| {
+        SLOT_NEXT[j as usize].store(next, Relaxed);
+        WRITING_SLOTS[k].store(j, Relaxed);
+        compiler_fence(SeqCst);
+    };
+    let settle = |j: u64, k: usize, now: u64| {
+        compiler_fence(SeqCst);
+        SLOT_GEN[j as usize].store(now, Relaxed);
+        WRITING_SLOTS[k].store(u64::MAX, Relaxed);
+    };
     // Run for `time`, longer (up to `3 * time`) until enough signals were
     // handled, on a loaded machine.
     let more =
         |elapsed: Duration| elapsed < time || (HANDLED.load(Relaxed) < 5000 && elapsed < 3 * time);
     while writes < max_writes && (writes % 64 != 0 || more(start.elapsed())) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        let j = x % SLOTS;
-        WRITING_SLOT.store(j, Relaxed);
-        match live[j as usize].take() {
-            Some(id) => {
-                assert!(
-                    in_write(|| INDEX.remove(id)),
-                    "remove of a live module failed"
-                );
-                compiler_fence(SeqCst);
-                SLOT_MASK[j as usize].store(0, Relaxed);
+        let r = rand();
+        let j = r % SLOTS;
+        let mask = (r >> 8) % 7 + 1; // a non-empty subset
+        generation += 1;
+        let meta = ModuleMeta {
+            base: Some(slot_base(j)),
+            tag: slot_tag(j, mask, generation),
+        };
+        let name = format!("slot {j} gen {generation}");
+        announce(j, 0, generation);
+        match (live[j as usize], (r >> 16) % 3) {
+            (Some((id, _)), 0) => {
+                let removed = in_write(|| INDEX.remove(id)).expect("remove of a live module");
+                assert_eq!((removed.id(), removed.base()), (id, slot_base(j)));
+                live[j as usize] = None;
             }
-            None => {
-                let all = slot_ranges(j);
-                let mask = ((x >> 8) % 7 + 1) as usize; // a non-empty subset
-                SLOT_MASK[j as usize].store(mask as u8, Relaxed);
-                compiler_fence(SeqCst);
-                let ranges: Vec<Range<u64>> = (0..3)
-                    .filter(|b| mask & (1 << b) != 0)
-                    .map(|b| all[b].clone())
-                    .collect();
-                let name = format!("slot {j}");
-                let id = if ranges.len() == 1 {
-                    in_write(|| INDEX.insert(ranges[0].clone(), name))
-                } else {
-                    in_write(|| INDEX.insert_module(ranges, name))
-                };
-                live[j as usize] = Some(id.expect("insert into a free slot failed"));
+            (Some((id, own)), 1) => {
+                // In place: same id and ranges, new value and tag (whose mask
+                // stays the module's own).
+                let tag = slot_tag(j, own, generation);
+                let old = in_write(|| INDEX.set_value(id, name, tag))
+                    .expect("set_value of a live module");
+                assert!(old.starts_with(&format!("slot {j} ")));
+            }
+            (Some((id, _)), _) => {
+                // Replace by a new module with other ranges, in one batch.
+                let new = in_write(|| {
+                    INDEX.write(|b| {
+                        b.remove(id).expect("batch remove of a live module");
+                        b.insert_module_with(segments(j, mask), name, meta)
+                    })
+                });
+                live[j as usize] = Some((new.expect("batch reinsert into the freed slot"), mask));
+            }
+            (None, pick) => {
+                // Maybe a second free slot, registered in the same batch.
+                let k = (j + 1 + (r >> 24) % (SLOTS - 1)) % SLOTS;
+                if pick == 0 && live[k as usize].is_none() {
+                    generation += 1;
+                    let meta_k = ModuleMeta {
+                        base: Some(slot_base(k)),
+                        tag: slot_tag(k, 7, generation),
+                    };
+                    announce(k, 1, generation);
+                    let (a, b) = in_write(|| {
+                        INDEX.write(|batch| {
+                            let a = batch.insert_module_with(segments(j, mask), name, meta);
+                            let b = batch.insert_module_with(
+                                segments(k, 7),
+                                format!("slot {k} pair"),
+                                meta_k,
+                            );
+                            (a.expect("free slot"), b.expect("free slot"))
+                        })
+                    });
+                    live[j as usize] = Some((a, mask));
+                    live[k as usize] = Some((b, 7));
+                    settle(k, 1, generation);
+                    writes += 1;
+                    // Slot `j` holds the generation before `k`'s.
+                    settle(j, 0, generation - 1);
+                    continue;
+                }
+                let id = in_write(|| INDEX.insert_module_with(segments(j, mask), name, meta));
+                live[j as usize] = Some((id.expect("insert into a free slot failed"), mask));
             }
         }
+        settle(j, 0, generation);
         writes += 1;
     }
-    WRITING_SLOT.store(u64::MAX, Relaxed);
-    for (j, id) in live.into_iter().enumerate() {
-        if let Some(id) = id {
-            assert!(in_write(|| INDEX.remove(id)));
-            compiler_fence(SeqCst);
-            SLOT_MASK[j].store(0, Relaxed);
-            writes += 1;
-        }
+    for (id, _) in live.into_iter().flatten() {
+        assert!(in_write(|| INDEX.remove(id)).is_some());
+        writes += 1;
     }
     writes
 }
 
 #[test]
 fn signal_handler_lookups_are_right_while_interrupted_writer_is_mid_write() {
-    let stable = INDEX.insert_module(STABLE, String::from("stable")).unwrap();
+    let stable_segments = STABLE.iter().enumerate().map(|(b, r)| Segment {
+        range: r.clone(),
+        flags: b as u32 + 1,
+    });
+    let meta = ModuleMeta {
+        base: Some(STABLE_BASE),
+        tag: STABLE_TAG,
+    };
+    let stable = INDEX
+        .insert_module_with(stable_segments, String::from("stable"), meta)
+        .unwrap();
     STABLE_ID.store(stable.get(), Relaxed);
     install_handler();
 
@@ -296,6 +404,12 @@ fn signal_handler_lookups_are_right_while_interrupted_writer_is_mid_write() {
         "a handler had to retry: it waited for the writer it interrupted"
     );
     INDEX.check_invariants().expect("invariants after the run");
-    assert_eq!(INDEX.snapshot(), STABLE.map(|r| (r, stable)).to_vec());
+    let guard = INDEX.pin();
+    let left: Vec<_> = INDEX
+        .snapshot(&guard)
+        .iter()
+        .map(|h| (h.range(), h.id(), h.tag()))
+        .collect();
+    assert_eq!(left, STABLE.map(|r| (r, stable, STABLE_TAG)).to_vec());
     assert_eq!(INDEX.module_count(), 1);
 }

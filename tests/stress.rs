@@ -774,7 +774,11 @@ fn index_reader(index: &Index, ids: &[ModuleId], cfg: Cfg, seed: u64, done: &Ato
             let k = rng.below(m);
             let want: Vec<_> = STABLE_RANGES.iter().map(|&r| in_region(k, r)).collect();
             assert_eq!(index.ranges_of(ids[k as usize]), Some(want));
-            let snap = index.snapshot();
+            let snap: Vec<_> = index
+                .snapshot(&guard)
+                .iter()
+                .map(|h| (h.range(), h.id()))
+                .collect();
             for w in snap.windows(2) {
                 assert!(
                     w[0].0.end <= w[1].0.start,
@@ -819,9 +823,9 @@ fn index_writer(
         let k = rng.below(m);
         let slot = rng.below(SLOT_RANGES.len() as u64);
         if let Some((id, _)) = live.remove(&(k, slot)) {
-            assert!(index.remove(id), "remove({id}) of a live module");
+            assert!(index.remove(id).is_some(), "remove({id}) of a live module");
             if rng.chance(10) {
-                assert!(!index.remove(id), "remove({id}) twice");
+                assert!(index.remove(id).is_none(), "remove({id}) twice");
             }
         } else {
             // A random non-empty subset of the slot's ranges, in random order.
@@ -857,7 +861,7 @@ fn index_writer(
                 .insert(bad.clone(), Module::new(k, 99, &[], tally))
                 .unwrap_err();
             assert_eq!(
-                err,
+                *err.error(),
                 AddrIndexError::Overlap {
                     range: bad,
                     existing: stable,
@@ -877,7 +881,10 @@ fn index_writer(
                     Module::new(k, s, &[], tally),
                 );
                 assert!(
-                    matches!(err, Err(AddrIndexError::Overlap { .. })),
+                    matches!(
+                        err.as_ref().map_err(|e| e.error()),
+                        Err(AddrIndexError::Overlap { .. })
+                    ),
                     "{err:?}"
                 );
                 assert_eq!(index.lookup(r.start), None, "a rejected module is visible");
@@ -886,7 +893,7 @@ fn index_writer(
         if rng.chance(1) {
             // Remove everything churned at once: many nodes recycled.
             for (_, (id, _)) in live.drain() {
-                assert!(index.remove(id));
+                assert!(index.remove(id).is_some());
             }
         }
         if ops % if cfg!(miri) { 32 } else { 1024 } == 0 {
@@ -940,7 +947,12 @@ fn addr_index_stress(cfg: Cfg, seed: u64) {
         want.extend(ranges.iter().map(|r| (r.clone(), *id)));
     }
     want.sort_by_key(|(r, _)| r.start);
-    assert_eq!(index.snapshot(), want, "final ranges differ from the model");
+    let snap: Vec<_> = index
+        .snapshot(&index.pin())
+        .iter()
+        .map(|h| (h.range(), h.id()))
+        .collect();
+    assert_eq!(snap, want, "final ranges differ from the model");
     assert_eq!(index.module_count(), ids.len() + live.len());
     for (id, ranges) in live.values() {
         assert_eq!(index.ranges_of(*id).as_ref(), Some(ranges));
@@ -971,7 +983,7 @@ fn addr_index_module_value_outlives_removal_until_guard_drops() {
         .unwrap();
     let guard = latchtree::pin();
     let hit = index.module_address(0x1800, &guard).unwrap();
-    assert!(index.remove(id));
+    assert!(index.remove(id).is_some());
     assert_eq!(index.lookup(0x1800), None);
     // Nested pins of this thread, and other threads, try to collect.
     for _ in 0..if cfg!(miri) { 16 } else { 256 } {

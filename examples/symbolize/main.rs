@@ -16,8 +16,8 @@
 //!    the unload still resolves.
 //!
 //! ```text
-//! cargo run --release --example symbolize
-//! cargo run --release --example symbolize -- 0x7f12345678 0x5555deadbeef
+//! cargo run --release -p latchtree-examples --bin symbolize
+//! cargo run --release -p latchtree-examples --bin symbolize -- 0x7f12345678 0x5555deadbeef
 //! ```
 //!
 //! Linux (glibc or musl), 64-bit targets only.
@@ -115,7 +115,7 @@ mod linux {
         println!(
             "  index: {} modules, {} ranges, bounds {bounds}; loader counters {}; built in {:.1} ms (symbol tables included)",
             MODULES.module_count(),
-            MODULES.len(),
+            MODULES.range_count(),
             counters_text(first.counters),
             built.as_secs_f64() * 1e3,
         );
@@ -374,7 +374,7 @@ mod linux {
         println!(
             "  {n} lookups over {} modules / {} ranges: {:.1} ns each ({hits} hits); read retries so far: {}",
             MODULES.module_count(),
-            MODULES.len(),
+            MODULES.range_count(),
             elapsed.as_nanos() as f64 / n as f64,
             MODULES.stats().read_retries,
         );

@@ -503,7 +503,7 @@ impl<'i> Symbolizer<'i> {
             let Some(id) = self.live.remove(&key) else {
                 continue;
             };
-            if self.index.remove(id)
+            if self.index.remove(id).is_some()
                 && let Some((_, module)) = self.known.get(&id.get())
             {
                 report.removed.push((id, Arc::clone(module)));
@@ -526,7 +526,7 @@ impl<'i> Symbolizer<'i> {
                     self.known.insert(id.get(), (id, Arc::clone(&module)));
                     report.added.push((id, module));
                 }
-                Err(e) => report.rejected.push((module.name.clone(), e)),
+                Err(e) => report.rejected.push((module.name.clone(), e.into())),
             }
         }
         self.seen = scan.counters;

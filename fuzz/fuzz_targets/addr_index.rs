@@ -1,9 +1,10 @@
 //! Fuzz target: `AddrIndex` under adversarial ranges (0, `u64::MAX`, empty,
 //! inverted, adjacent, overlapping, many ranges per module) checked against a
 //! linear-scan oracle: every insert's result or error variant, that a
-//! rejected insert changes nothing, removes, `lookup`, `module_address`,
-//! `get`, `ranges_of`, `bounds` and the counts, with the invariant checker
-//! after every operation.
+//! rejected insert changes nothing and hands its value back, removes (and
+//! what they hand back), in-place `set_value`, `lookup` (with base and tag),
+//! `module_address`, `get`, `ranges_of`, `overlapping`, `bounds` and the
+//! counts, with the invariant checker after every operation.
 //!
 //! `cargo +nightly fuzz run addr_index -- -max_total_time=60`
 
@@ -52,6 +53,8 @@ enum Op {
     Insert(Addr, Addr, u32),
     InsertModule(Vec<(Addr, Addr)>, u32),
     Remove(Which),
+    SetValue(Which, u32),
+    Overlapping(Addr, Addr),
     Lookup(Addr),
     Get(Which),
     Snapshot,
@@ -62,7 +65,14 @@ struct Module {
     id: ModuleId,
     ranges: Vec<Range<u64>>,
     value: u32,
+    tag: u64,
     live: bool,
+}
+
+/// Every indexed range with its module, in address order.
+fn indexed(index: &AddrIndex<u32>) -> Vec<(Range<u64>, ModuleId)> {
+    let guard = index.pin();
+    index.snapshot(&guard).iter().map(|h| (h.range(), h.id())).collect()
 }
 
 /// The linear-scan oracle.
@@ -103,7 +113,7 @@ impl Oracle {
     fn unknown_id(&mut self) -> ModuleId {
         loop {
             let id = self.minter.insert(0..1, ()).expect("valid range");
-            assert!(self.minter.remove(id));
+            assert!(self.minter.remove(id).is_some());
             if self.last_id.is_none_or(|last| id > last) {
                 return id;
             }
@@ -178,7 +188,7 @@ fn insert(
     single: bool,
 ) {
     let want = oracle.expected_error(&ranges);
-    let (snapshot, writes) = (index.snapshot(), index.stats().writes);
+    let (snapshot, writes) = (indexed(index), index.stats().writes);
     let got = if single {
         index.insert(ranges[0].clone(), value)
     } else {
@@ -196,10 +206,13 @@ fn insert(
                 id,
                 ranges: sorted,
                 value,
+                tag: 0,
                 live: true,
             });
         }
         (Err(e), Err(want)) => {
+            let (e, back) = e.into_parts();
+            assert_eq!(back, value, "the rejected value comes back");
             match want {
                 Expected::Exact(want) => assert_eq!(e, want),
                 Expected::SomeSelfOverlap => {
@@ -212,14 +225,17 @@ fn insert(
             }
             // A rejected insert changes nothing, not even the write count.
             assert_eq!(
-                index.snapshot(),
+                indexed(index),
                 snapshot,
                 "rejected insert changed the index"
             );
             assert_eq!(index.stats().writes, writes, "rejected insert wrote");
             assert!(!e.to_string().is_empty());
         }
-        (got, want) => panic!("insert_module({ranges:?}) = {got:?}, want {want:?}"),
+        (got, want) => panic!(
+            "insert_module({ranges:?}) = {:?}, want {want:?}",
+            got.map_err(|e| e.into_parts().0)
+        ),
     }
 }
 
@@ -233,7 +249,10 @@ fn check_addr(index: &AddrIndex<u32>, oracle: &Oracle, addr: u64) {
         "lookup({addr:#x})"
     );
     if let Some(h) = got {
+        let m = want.expect("a hit").1;
         assert_eq!(h.offset(addr), addr - h.range().start);
+        assert_eq!((h.base(), h.tag()), (m.ranges[0].start, m.tag));
+        assert_eq!(h.module_offset(addr), addr - m.ranges[0].start);
     }
     let guard = latchtree::pin();
     let hit = index.module_address(addr, &guard);
@@ -263,11 +282,49 @@ fuzz_target!(|ops: Vec<Op>| {
             }
             Op::Remove(which) => {
                 let id = oracle.id_of(which);
-                let live = oracle.module(id).is_some();
-                assert_eq!(index.remove(id), live, "remove({id})");
-                if let Some(m) = oracle.modules.iter_mut().find(|m| m.id == id && m.live) {
-                    m.live = false;
+                let got = index.remove(id);
+                match oracle.modules.iter_mut().find(|m| m.id == id && m.live) {
+                    Some(m) => {
+                        let r = got.expect("remove of a live module");
+                        assert_eq!(
+                            (r.id(), r.ranges().collect::<Vec<_>>(), **r.value(), r.tag()),
+                            (m.id, m.ranges.clone(), m.value, m.tag),
+                            "what remove({id}) hands back"
+                        );
+                        m.live = false;
+                    }
+                    None => assert!(got.is_none(), "remove({id}) of a dead id"),
                 }
+            }
+            Op::SetValue(which, v) => {
+                let id = oracle.id_of(which);
+                let tag = u64::from(v).rotate_left(17);
+                let got = index.set_value(id, v, tag);
+                match oracle.modules.iter_mut().find(|m| m.id == id && m.live) {
+                    Some(m) => {
+                        assert_eq!(got.map(|old| *old).ok(), Some(m.value), "set_value({id})");
+                        (m.value, m.tag) = (v, tag);
+                    }
+                    None => {
+                        let (e, back) = got.expect_err("set_value of a dead id").into_parts();
+                        assert_eq!((e, back), (AddrIndexError::UnknownModule(id), v));
+                    }
+                }
+            }
+            Op::Overlapping(a, b) => {
+                let (a, b) = (a.get(), b.get());
+                let mut want: Vec<(Range<u64>, ModuleId, u32)> = oracle
+                    .live()
+                    .flat_map(|m| m.ranges.iter().map(move |r| (r.clone(), m.id, m.value)))
+                    .filter(|(r, ..)| a < b && r.start < b && a < r.end)
+                    .collect();
+                want.sort_by_key(|(r, ..)| r.start);
+                let guard = index.pin();
+                let got: Vec<_> = index
+                    .overlapping(a..b, &guard)
+                    .map(|h| (h.range(), h.id(), *h.value()))
+                    .collect();
+                assert_eq!(got, want, "overlapping({a:#x}..{b:#x})");
             }
             Op::Lookup(a) => {
                 let addr = a.get();
@@ -293,7 +350,7 @@ fuzz_target!(|ops: Vec<Op>| {
                     .flat_map(|m| m.ranges.iter().map(move |r| (r.clone(), m.id)))
                     .collect();
                 want.sort_by_key(|(r, _)| r.start);
-                assert_eq!(index.snapshot(), want);
+                assert_eq!(indexed(&index), want);
             }
         }
         // After every operation (a rejected insert included): the counts,
@@ -302,7 +359,7 @@ fuzz_target!(|ops: Vec<Op>| {
             panic!("invariant broken: {e}");
         }
         let ranges = oracle.live().map(|m| m.ranges.len()).sum::<usize>();
-        assert_eq!(index.len(), ranges);
+        assert_eq!(index.range_count(), ranges);
         assert_eq!(index.is_empty(), ranges == 0);
         assert_eq!(index.module_count(), oracle.live().count());
         let lo = oracle

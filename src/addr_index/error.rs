@@ -4,18 +4,21 @@ use super::ModuleId;
 use core::fmt;
 use core::ops::Range;
 
-/// Why [`AddrIndex::insert`](crate::AddrIndex::insert) or
-/// [`insert_module`](crate::AddrIndex::insert_module) rejected its input. A
+/// Why a write of the index ([`insert`](crate::AddrIndex::insert),
+/// [`insert_module`](crate::AddrIndex::insert_module),
+/// [`set_value`](crate::AddrIndex::set_value)…) rejected its input. A
 /// rejected call changes nothing.
 ///
 /// ```
 /// use latchtree::{AddrIndex, AddrIndexError};
 /// let index = AddrIndex::new();
 /// let a = index.insert(0x1000..0x2000, "a").unwrap();
+/// let err = index.insert(0x1800..0x1900, "b").unwrap_err();
 /// assert_eq!(
-///     index.insert(0x1800..0x1900, "b"),
-///     Err(AddrIndexError::Overlap { range: 0x1800..0x1900, existing: 0x1000..0x2000, module: a })
+///     *err.error(),
+///     AddrIndexError::Overlap { range: 0x1800..0x1900, existing: 0x1000..0x2000, module: a }
 /// );
+/// assert_eq!(err.into_value(), "b");
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -39,6 +42,9 @@ pub enum AddrIndexError {
     },
     /// Two ranges of the same `insert_module` call overlap each other.
     SelfOverlap(Range<u64>, Range<u64>),
+    /// [`set_value`](crate::AddrIndex::set_value) of an id that names no
+    /// registered module (never issued, or already removed).
+    UnknownModule(ModuleId),
 }
 
 impl fmt::Display for AddrIndexError {
@@ -67,8 +73,73 @@ impl fmt::Display for AddrIndexError {
                 "ranges {:#x}..{:#x} and {:#x}..{:#x} of one module overlap",
                 a.start, a.end, b.start, b.end
             ),
+            AddrIndexError::UnknownModule(id) => write!(f, "no module {id} is registered"),
         }
     }
 }
 
 impl std::error::Error for AddrIndexError {}
+
+/// A rejected write and the value it was given, handed back untouched: the
+/// index never drops a value it did not keep.
+///
+/// ```
+/// use latchtree::{AddrIndex, AddrIndexError};
+/// let index = AddrIndex::new();
+/// let err = index.insert(5..5, String::from("code")).unwrap_err();
+/// assert_eq!(err.to_string(), "empty range 0x5..0x5");
+/// let (error, value) = err.into_parts();
+/// assert_eq!((error, value.as_str()), (AddrIndexError::EmptyRange(5..5), "code"));
+/// // Or keep only the error, for `?`:
+/// let e: AddrIndexError = index.insert(9..1, String::new()).unwrap_err().into();
+/// assert_eq!(e, AddrIndexError::InvertedRange(9..1));
+/// ```
+pub struct InsertError<T> {
+    error: AddrIndexError,
+    value: T,
+}
+
+impl<T> InsertError<T> {
+    pub(crate) fn new(error: AddrIndexError, value: T) -> Self {
+        InsertError { error, value }
+    }
+
+    /// Why the write was rejected (see the example on [`InsertError`]).
+    pub fn error(&self) -> &AddrIndexError {
+        &self.error
+    }
+
+    /// The value the write was given (see the example on [`InsertError`]).
+    pub fn into_value(self) -> T {
+        self.value
+    }
+
+    /// The error and the value (see the example on [`InsertError`]).
+    pub fn into_parts(self) -> (AddrIndexError, T) {
+        (self.error, self.value)
+    }
+}
+
+impl<T> From<InsertError<T>> for AddrIndexError {
+    fn from(e: InsertError<T>) -> Self {
+        e.error
+    }
+}
+
+/// Shows the error only: `T` need not be `Debug`.
+impl<T> fmt::Debug for InsertError<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("InsertError")
+            .field("error", &self.error)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T> fmt::Display for InsertError<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.error, f)
+    }
+}
+
+/// Its `Display` is the error's, so it has no `source`.
+impl<T> std::error::Error for InsertError<T> {}

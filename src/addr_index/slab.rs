@@ -10,7 +10,8 @@
 //!   (from a root or a link, in any interleaving) is null or points into a
 //!   chunk, and chunks outlive every `&AddrIndex`.
 //! * **It can never race on plain memory.** Every field a reader reads
-//!   (`start`, `end`, `id`, `module`, the links) is an atomic, so a reader
+//!   (`start`, `end`, `id`, `base`, `tag`, `flags`, `module`, the links) is
+//!   an atomic, so a reader
 //!   standing on a node that is being recycled reads garbage, not UB.
 //! * **It can never return garbage.** A node's fields are rewritten only
 //!   after it left both copies, and only by a transaction that has already
@@ -26,26 +27,48 @@
 //!   those very fields.
 //! * **It can never loop.** Torn shapes are cut off by the descent cap.
 //!
-//! The module value `T` is *not* in this storage: it lives in the index's
-//! epoch-managed module table and is dropped only through the epoch, never
-//! inside a reader.
+//! A module's `base` and `tag` are copied into each of its range nodes, so
+//! that the signal-safe path reads them under the same validation as the
+//! range. They are never rewritten in a linked node: `set_value` puts fresh
+//! nodes in place of the old ones (`Txn::replace`), so a reader sees the old
+//! node or the new one, each whole.
+//!
+//! The module value `T` is *not* in this storage: it lives in the module's
+//! record (`record.rs`), which is reclaimed through the epoch, never inside a
+//! reader.
 
 use crate::raw::{Linked, Links};
 use crate::sync::{AtomicPtr, AtomicU64, Ordering};
 use core::ptr::{self, NonNull};
 
-/// One address range. Copy 0's links, the bounds and the id share the first
-/// cache line (readers use copy 0 while no write is running).
+/// One address range. Copy 0's links, the bounds, the id, the base and the
+/// tag fill the first cache line (readers use copy 0 while no write is
+/// running); a hit's flags and record are on the second.
 #[repr(C, align(64))]
 pub(crate) struct RangeNode<M> {
     hot: Links<RangeNode<M>>,
     pub(crate) start: AtomicU64,
     pub(crate) end: AtomicU64,
     pub(crate) id: AtomicU64,
+    pub(crate) base: AtomicU64,
+    pub(crate) tag: AtomicU64,
+    /// The segment's flags (a `u32`).
+    pub(crate) flags: AtomicU64,
     /// The module record, valid while the node is linked; dereferenced only
     /// by pinned readers after validation.
     pub(crate) module: AtomicPtr<M>,
     cold: Links<RangeNode<M>>,
+}
+
+/// What [`Slab::alloc`] writes into a node.
+pub(crate) struct Fields<M> {
+    pub(crate) start: u64,
+    pub(crate) end: u64,
+    pub(crate) id: u64,
+    pub(crate) base: u64,
+    pub(crate) tag: u64,
+    pub(crate) flags: u32,
+    pub(crate) module: *mut M,
 }
 
 // SAFETY: copy 0 is always `hot` and copy 1 always `cold`: distinct sets.
@@ -63,6 +86,9 @@ impl<M> RangeNode<M> {
             start: AtomicU64::new(0),
             end: AtomicU64::new(0),
             id: AtomicU64::new(0),
+            base: AtomicU64::new(0),
+            tag: AtomicU64::new(0),
+            flags: AtomicU64::new(0),
             module: AtomicPtr::new(ptr::null_mut()),
             cold: Links::new(),
         }
@@ -92,19 +118,13 @@ impl<M> Slab<M> {
         }
     }
 
-    /// A node holding `start..end`, `id` and `module`, not in any copy.
+    /// A node holding `f`, not in any copy.
     ///
     /// Call only inside a transaction that has flipped the latch on this
     /// thread (`Txn::begin`): the stores below may be read by stale readers
     /// still standing on a recycled node, which must then fail validation
     /// (see the module docs).
-    pub(crate) fn alloc(
-        &mut self,
-        start: u64,
-        end: u64,
-        id: u64,
-        module: *mut M,
-    ) -> NonNull<RangeNode<M>> {
+    pub(crate) fn alloc(&mut self, f: Fields<M>) -> NonNull<RangeNode<M>> {
         if self.free.is_empty() {
             self.grow();
         }
@@ -114,10 +134,13 @@ impl<M> Slab<M> {
         // Relaxed: sequenced after this transaction's first flip (its
         // Release fence, see the module docs), and published to readers by
         // the Release link store that links the node again.
-        node.start.store(start, Ordering::Relaxed);
-        node.end.store(end, Ordering::Relaxed);
-        node.id.store(id, Ordering::Relaxed);
-        node.module.store(module, Ordering::Relaxed);
+        node.start.store(f.start, Ordering::Relaxed);
+        node.end.store(f.end, Ordering::Relaxed);
+        node.id.store(f.id, Ordering::Relaxed);
+        node.base.store(f.base, Ordering::Relaxed);
+        node.tag.store(f.tag, Ordering::Relaxed);
+        node.flags.store(u64::from(f.flags), Ordering::Relaxed);
+        node.module.store(f.module, Ordering::Relaxed);
         n
     }
 

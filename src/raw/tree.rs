@@ -619,3 +619,15 @@ impl<'g, N: Linked> View<'g, N> {
         }
     }
 }
+
+impl<N> Txn<'_, N> {
+    /// The same transaction, borrowed for a shorter lifetime: lets a
+    /// front-end bundle it with other borrows in one batch handle.
+    pub(crate) fn reborrow(&mut self) -> Txn<'_, N> {
+        Txn {
+            shared: self.shared,
+            log: &mut *self.log,
+            started: &mut *self.started,
+        }
+    }
+}

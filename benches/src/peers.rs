@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::ops::Bound;
 
 /// A left-right operation on a `BTreeMap<u64, u64>`.
-pub(crate) enum Op {
+pub enum Op {
     Insert(u64, u64),
     Remove(u64),
 }
@@ -33,7 +33,7 @@ impl Absorb<Op> for BTreeMap<u64, u64> {
 
 /// The reference answer: predecessor of `a`, then an end check.
 #[inline]
-pub(crate) fn btree_contains(map: &BTreeMap<u64, u64>, a: u64) -> Option<u64> {
+pub fn btree_contains(map: &BTreeMap<u64, u64>, a: u64) -> Option<u64> {
     map.range(..=a)
         .next_back()
         .filter(|&(_, &e)| a < e)
@@ -42,11 +42,7 @@ pub(crate) fn btree_contains(map: &BTreeMap<u64, u64>, a: u64) -> Option<u64> {
 
 /// `LatchTree::upper_bound` then an end check.
 #[inline]
-pub(crate) fn latch_contains(
-    tree: &LatchTree<u64, u64>,
-    a: u64,
-    guard: &latchtree::Guard,
-) -> Option<u64> {
+pub fn latch_contains(tree: &LatchTree<u64, u64>, a: u64, guard: &latchtree::Guard) -> Option<u64> {
     tree.upper_bound(Bound::Included(&a), guard)
         .filter(|&(_, &e)| a < e)
         .map(|(&s, _)| s)
@@ -54,30 +50,28 @@ pub(crate) fn latch_contains(
 
 /// `SkipMap::upper_bound` then an end check.
 #[inline]
-pub(crate) fn skip_contains(skip: &SkipMap<u64, u64>, a: u64) -> Option<u64> {
+pub fn skip_contains(skip: &SkipMap<u64, u64>, a: u64) -> Option<u64> {
     skip.upper_bound(Bound::Included(&a))
         .filter(|e| a < *e.value())
         .map(|e| *e.key())
 }
 
-/// `scc::TreeIndex` 2.x has no predecessor query (its range iterator only
-/// goes forward), so its ranges are keyed by *end*: the first range whose
-/// end is above `a` is the only candidate, given disjoint ranges.
+/// `scc::TreeIndex::locate` (scc 3: the closest entry at or below `a`)
+/// then an end check.
 #[inline]
-pub(crate) fn scc_contains(
-    scc: &scc::TreeIndex<u64, u64>,
-    a: u64,
-    guard: &scc::ebr::Guard,
-) -> Option<u64> {
-    scc.range((Bound::Excluded(a), Bound::Unbounded), guard)
-        .next()
-        .filter(|&(_, &s)| s <= a)
-        .map(|(_, &s)| s)
+pub fn scc_contains(scc: &scc::TreeIndex<u64, u64>, a: u64, guard: &scc::Guard) -> Option<u64> {
+    use scc::tree_index::Proximity;
+    let below = match scc.locate(&a, guard) {
+        Proximity::Exact(it) | Proximity::Between(it) => it.get(),
+        Proximity::Smaller(it) => it.get_back(),
+        Proximity::Larger(_) | Proximity::Empty => None,
+    };
+    below.filter(|&(_, &e)| a < e).map(|(&s, _)| s)
 }
 
 /// A sorted array and binary search: the floor for a read-only structure.
 #[inline]
-pub(crate) fn vec_contains(vec: &[(u64, u64)], a: u64) -> Option<u64> {
+pub fn vec_contains(vec: &[(u64, u64)], a: u64) -> Option<u64> {
     let i = vec.partition_point(|&(s, _)| s <= a);
     i.checked_sub(1)
         .map(|i| vec[i])
@@ -86,26 +80,25 @@ pub(crate) fn vec_contains(vec: &[(u64, u64)], a: u64) -> Option<u64> {
 }
 
 /// All structures, each holding `start → end` for every range.
-pub(crate) struct Peers {
-    pub(crate) index: AddrIndex<()>,
-    pub(crate) tree: LatchTree<u64, u64>,
-    pub(crate) map: BTreeMap<u64, u64>,
-    pub(crate) vec: Vec<(u64, u64)>,
-    pub(crate) std_rw: std::sync::RwLock<BTreeMap<u64, u64>>,
-    pub(crate) pl_rw: parking_lot::RwLock<BTreeMap<u64, u64>>,
-    pub(crate) swap: ArcSwap<BTreeMap<u64, u64>>,
+pub struct Peers {
+    pub index: AddrIndex<()>,
+    pub tree: LatchTree<u64, u64>,
+    pub map: BTreeMap<u64, u64>,
+    pub vec: Vec<(u64, u64)>,
+    pub std_rw: std::sync::RwLock<BTreeMap<u64, u64>>,
+    pub pl_rw: parking_lot::RwLock<BTreeMap<u64, u64>>,
+    pub swap: ArcSwap<BTreeMap<u64, u64>>,
     /// Kept alive: readers get `None` once the writer is gone.
-    pub(crate) _lr_write: left_right::WriteHandle<BTreeMap<u64, u64>, Op>,
-    pub(crate) lr_read: left_right::ReadHandle<BTreeMap<u64, u64>>,
-    pub(crate) skip: SkipMap<u64, u64>,
-    /// Keyed by range end, valued by start (see [`scc_contains`]); empty
-    /// unless built `with_scc`.
-    pub(crate) scc: scc::TreeIndex<u64, u64>,
+    pub lr_write: left_right::WriteHandle<BTreeMap<u64, u64>, Op>,
+    pub lr_read: left_right::ReadHandle<BTreeMap<u64, u64>>,
+    pub skip: SkipMap<u64, u64>,
+    pub scc: scc::TreeIndex<u64, u64>,
 }
 
 impl Peers {
-    /// `with_scc`: also fill the `scc` index (slow to query at large n).
-    pub(crate) fn new(ranges: &[(u64, u64)], with_scc: bool) -> Self {
+    /// Every structure grows by single inserts in one random order (no
+    /// bulk-built B-tree nodes, no sorted-insertion tree shapes).
+    pub fn new(ranges: &[(u64, u64)]) -> Self {
         let order = crate::workload::shuffled(ranges);
         let index = AddrIndex::new();
         let tree = LatchTree::new();
@@ -123,9 +116,7 @@ impl Peers {
             }
             lr_write.append(Op::Insert(s, e));
             skip.insert(s, e);
-            if with_scc {
-                scc.insert(e, s).expect("distinct ends");
-            }
+            scc.insert_sync(s, e).expect("distinct starts");
         }
         lr_write.publish();
         let mut vec = ranges.to_vec();
@@ -138,7 +129,7 @@ impl Peers {
             pl_rw: parking_lot::RwLock::new(pl_map),
             swap: ArcSwap::from_pointee(swap_map),
             map,
-            _lr_write: lr_write,
+            lr_write,
             lr_read,
             skip,
             scc,

@@ -20,7 +20,7 @@ const LR_NAME: &str = "left-right BTreeMap (2 copies)";
 pub(crate) fn run(cfg: &Config, rows: &mut Vec<Row>) {
     let n = cfg.memory_n;
     let mut rng = SplitMix64(0x6d65_6d00);
-    let keys: Vec<u64> = (0..n).map(|_| rng.next() >> 1).collect();
+    let keys: Vec<u64> = (0..n).map(|_| rng.next_u64() >> 1).collect();
     // Pin once first: crossbeam-epoch registers the thread (allocates) on
     // its first pin, which is not the tree's memory.
     drop(latchtree::pin());
@@ -74,7 +74,7 @@ pub(crate) fn run(cfg: &Config, rows: &mut Vec<Row>) {
     let (s, b, k) = measure(|| {
         let s = scc::TreeIndex::new();
         for &x in &keys {
-            s.insert(x, x).expect("distinct keys");
+            s.insert_sync(x, x).expect("distinct keys");
         }
         s
     });
@@ -104,7 +104,7 @@ pub(crate) fn run(cfg: &Config, rows: &mut Vec<Row>) {
         }
         ix
     });
-    assert_eq!(ix.len(), keys.len());
+    assert_eq!(ix.range_count(), keys.len());
     drop(ix);
     record(ADDR_LOOKUP_WRITES, b, k);
 

@@ -1,4 +1,5 @@
-//! Shared by the criterion benches: a thread-CPU-time measurement.
+//! Thread CPU time: a clock for the compare binary and a criterion
+//! measurement for the benches.
 
 use criterion::measurement::{Measurement, ValueFormatter, WallTime};
 use std::time::Duration;
@@ -6,12 +7,13 @@ use std::time::Duration;
 /// Thread CPU time as a criterion measurement: time the benchmark thread
 /// spent descheduled (other processes on a shared machine) does not count.
 /// Set `LATCHTREE_BENCH_WALL=1` to measure wall-clock time instead.
-pub(crate) struct ThreadCpu;
+pub struct ThreadCpu;
 
 /// Borrowed for its nanosecond formatter.
 static WALL: WallTime = WallTime;
 
-fn thread_cpu() -> Duration {
+/// CPU time consumed by the calling thread.
+pub fn thread_cpu() -> Duration {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,

@@ -1,6 +1,7 @@
 //! Hand timing: medians of round-robin repetitions (single thread), and
 //! timed reader/writer runs (several threads).
 
+pub(crate) use latchtree_benches::thread_cpu::thread_cpu;
 use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Barrier, OnceLock};
@@ -133,7 +134,7 @@ pub(crate) enum WriterMode {
     None,
     /// Updates back to back.
     Tight,
-    /// This many updates per second, evenly spread (sleeping in between).
+    /// This many updates per second, evenly spread (see `concurrent`).
     Paced(u64),
 }
 
@@ -156,19 +157,6 @@ pub(crate) struct ConcResult {
     pub(crate) reader_cpu_ns: f64,
     /// Updates per second the writer completed (0 without a writer).
     pub(crate) writer_ops_s: f64,
-}
-
-/// CPU time consumed by the calling thread.
-pub(crate) fn thread_cpu() -> Duration {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec and the clock id is one
-    // Linux supports; clock_gettime writes nothing else.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    assert_eq!(rc, 0, "clock_gettime(CLOCK_THREAD_CPUTIME_ID)");
-    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 
 /// Runs `readers` reader threads (each built by `make_reader` on its own
@@ -236,14 +224,23 @@ where
                         }
                     }
                     WriterMode::Paced(per_s) => {
+                        // Evenly spread: write `i` is due at `i / per_s`
+                        // seconds. Sleep while the next one is far off
+                        // (Linux oversleeps by ~50 µs), yield when it is
+                        // close, so that a fast rate is not turned into
+                        // bursts.
+                        let period_ns = 1_000_000_000 / u128::from(per_s.max(1));
                         while !stop.load(Ordering::Relaxed) {
-                            let due = (t0.elapsed().as_nanos() * u128::from(per_s) / 1_000_000_000)
-                                as usize;
-                            while done < due {
+                            let due = u128::try_from(done).unwrap_or(u128::MAX) * period_ns;
+                            let now = t0.elapsed().as_nanos();
+                            if now >= due {
                                 write(done);
                                 done += 1;
+                            } else if due - now > 100_000 {
+                                std::thread::sleep(Duration::from_micros(50));
+                            } else {
+                                std::thread::yield_now();
                             }
-                            std::thread::sleep(Duration::from_micros(50));
                         }
                     }
                     WriterMode::None => unreachable!(),

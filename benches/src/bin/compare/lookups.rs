@@ -21,13 +21,7 @@ pub(crate) const PL_RW: &str = "parking_lot RwLock<BTreeMap>";
 pub(crate) const ARC_SWAP: &str = "ArcSwap<BTreeMap>";
 pub(crate) const LEFT_RIGHT: &str = "left-right BTreeMap";
 pub(crate) const SKIPMAP: &str = "crossbeam SkipMap";
-pub(crate) const SCC: &str = "scc TreeIndex (keyed by end)";
-
-/// `scc::TreeIndex::range` positions its start approximately and falls back
-/// to a scan from the smallest key when the bound lies below a node's first
-/// separator, so a point query costs O(n) on many addresses (about 55 µs at
-/// n = 4096): it is only timed up to this size.
-const SCC_MAX_N: usize = 84;
+pub(crate) const SCC: &str = "scc TreeIndex";
 
 /// Every size, then the kernel case.
 pub(crate) fn run(cfg: &Config, rows: &mut Vec<Row>) {
@@ -47,10 +41,10 @@ fn one_case(
     n: usize,
     w: &Workload,
 ) {
-    let p = Peers::new(&w.ranges, n <= SCC_MAX_N);
+    let p = Peers::new(&w.ranges);
     // Large sizes are cache-miss bound (~1 µs per lookup): fewer suffice.
     let iters = if n > 4096 { cfg.iters / 4 } else { cfg.iters };
-    let scc_guard = scc::ebr::Guard::new();
+    let scc_guard = scc::Guard::new();
     let q = &w.queries[..];
     let (p, scc_guard) = (&p, &scc_guard);
     // "Held guard" contenders pin once per repetition, inside their closure:
@@ -122,13 +116,11 @@ fn one_case(
             SKIPMAP,
             Box::new(move |it| lookup_loop(q, it, |a| skip_contains(&p.skip, a))),
         ),
-    ];
-    if n <= SCC_MAX_N {
-        contenders.push((
+        (
             SCC,
             Box::new(move |it| lookup_loop(q, it, |a| scc_contains(&p.scc, a, scc_guard))),
-        ));
-    }
+        ),
+    ];
     let ns = round_robin(&mut contenders, iters, cfg.reps, cfg.clock);
     for ((name, _), ns) in contenders.iter().zip(ns) {
         rows.push(Row::new(section, case.clone(), n, name, ns, "ns/op"));

@@ -68,7 +68,7 @@ impl Writes for AddrWrites {
     }
     fn remove(&mut self, slot: usize, _: u64) {
         let id = self.ids[slot].take().expect("inserted");
-        assert!(self.index.remove(id));
+        assert!(self.index.remove(id).is_some());
     }
     fn replace(&mut self, _: u64, _: u64) -> bool {
         false
@@ -83,7 +83,7 @@ impl Writes for AddrWrites {
     }
     fn batch_remove(&mut self, first_slot: usize, _: &[u64]) {
         let id = self.ids[first_slot].take().expect("inserted");
-        assert!(self.index.remove(id));
+        assert!(self.index.remove(id).is_some());
     }
 }
 
@@ -234,14 +234,13 @@ impl Writes for SkipMap<u64, u64> {
     fn batch_remove(&mut self, _: usize, _: &[u64]) {}
 }
 
-/// Keyed by range end like in the lookups; no upsert, no atomic batches.
+/// No upsert, no atomic batches.
 impl Writes for scc::TreeIndex<u64, u64> {
     fn insert(&mut self, _: usize, k: u64) {
-        // The fresh range `[k, k+1)`, keyed by its end.
-        scc::TreeIndex::insert(self, k + 1, k).expect("fresh key");
+        scc::TreeIndex::insert_sync(self, k, k + 1).expect("fresh key");
     }
     fn remove(&mut self, _: usize, k: u64) {
-        assert!(scc::TreeIndex::remove(self, &(k + 1)));
+        assert!(scc::TreeIndex::remove_sync(self, &k));
     }
     fn replace(&mut self, _: u64, _: u64) -> bool {
         false
@@ -269,7 +268,7 @@ fn contenders(ranges: &[(u64, u64)]) -> Vec<(&'static str, Box<dyn Writes>)> {
         index.insert(s..e, ()).expect("disjoint");
         lr_w.append(Op::Insert(s, e));
         skip.insert(s, e);
-        scc.insert(e, s).expect("distinct ends");
+        scc.insert_sync(s, e).expect("distinct starts");
     }
     lr_w.publish();
     vec![

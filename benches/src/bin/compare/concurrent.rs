@@ -22,6 +22,7 @@ use std::time::Duration;
 /// Names of the structures in the concurrent rows.
 pub(crate) const C_ADDR: &str = "latchtree AddrIndex::lookup";
 pub(crate) const C_TREE: &str = "latchtree LatchTree (pin per call)";
+pub(crate) const C_TREE_HELD: &str = "latchtree LatchTree (held guard)";
 pub(crate) const C_STD: &str = "std RwLock<BTreeMap>";
 pub(crate) const C_PL: &str = "parking_lot RwLock<BTreeMap>";
 pub(crate) const C_SWAP: &str = "ArcSwap<BTreeMap>";
@@ -29,7 +30,23 @@ pub(crate) const C_LR: &str = "left-right BTreeMap";
 pub(crate) const C_SKIP: &str = "crossbeam SkipMap";
 
 /// All structures, in table order.
-pub(crate) const STRUCTURES: [&str; 7] = [C_ADDR, C_TREE, C_STD, C_PL, C_SWAP, C_LR, C_SKIP];
+pub(crate) const STRUCTURES: [&str; 8] = [
+    C_ADDR,
+    C_TREE,
+    C_TREE_HELD,
+    C_STD,
+    C_PL,
+    C_SWAP,
+    C_LR,
+    C_SKIP,
+];
+
+/// How many lookups a "held guard" reader does under one pin before it
+/// repins (so that the writer's garbage can still be reclaimed).
+const REPIN_EVERY: u32 = 1024;
+
+/// A busy JIT's write rate: one remove + insert pair every 20 µs.
+pub(crate) const PACED_WRITES_PER_S: u64 = 100_000;
 
 /// A `BTreeMap` grown by inserts in `order`.
 fn map_of(order: &[(u64, u64)]) -> BTreeMap<u64, u64> {
@@ -77,21 +94,32 @@ fn run_one(
                 },
             )
         }
-        C_TREE => {
+        C_TREE | C_TREE_HELD => {
             let tree = LatchTree::new();
             for &(s, e) in &order {
                 tree.insert(s, e);
             }
             let tree = &tree;
+            let held = structure == C_TREE_HELD;
             concurrent(
                 readers,
                 mode,
                 dur,
                 q,
                 || {
-                    |a| {
-                        let g = latchtree::pin();
-                        latch_contains(tree, a, &g)
+                    let mut guard = latchtree::pin();
+                    let mut since_pin = 0u32;
+                    move |a| {
+                        if !held {
+                            let g = latchtree::pin();
+                            return latch_contains(tree, a, &g);
+                        }
+                        since_pin += 1;
+                        if since_pin == REPIN_EVERY {
+                            since_pin = 0;
+                            guard.repin();
+                        }
+                        latch_contains(tree, a, &guard)
                     }
                 },
                 move |i| {
@@ -228,7 +256,7 @@ pub(crate) fn run(cfg: &Config, rows: &mut Vec<Row>) {
         for mode in [
             WriterMode::None,
             WriterMode::Tight,
-            WriterMode::Paced(10_000),
+            WriterMode::Paced(PACED_WRITES_PER_S),
         ] {
             if matches!(mode, WriterMode::Paced(_)) && readers > 2 {
                 continue;

@@ -13,7 +13,7 @@
 //!
 //! Keys are random `u64`s from a fixed seed; every routine walks a
 //! precomputed query array cyclically so that the branch predictor cannot
-//! learn the path. Run with `cargo bench --bench lookup` (about 3 minutes).
+//! learn the path. Run with `cargo bench -p latchtree-benches --bench lookup` (about 3 minutes).
 //!
 //! Times are the benchmark thread's CPU time (robust on a shared machine;
 //! these loops never block); `LATCHTREE_BENCH_WALL=1` switches to wall time.
@@ -26,61 +26,15 @@ use std::hint::black_box;
 use std::ops::Bound;
 use std::time::Duration;
 
-mod common;
-use common::ThreadCpu;
+use latchtree_benches::thread_cpu::ThreadCpu;
+use latchtree_benches::workload::{
+    QUERIES, SplitMix64, Workload, mixed_queries, random_keys, shuffled,
+};
 
 /// Lookup sizes: module-sized, page-of-symbols-sized, large.
 const SIZES: [usize; 3] = [84, 4096, 262_144];
 /// Sizes for the write-cost group.
 const WRITE_SIZES: [usize; 2] = [84, 4096];
-/// Length of every query array (a power of two, walked cyclically).
-const QUERIES: usize = 1 << 16;
-
-/// A small deterministic generator (SplitMix64); no `rand` dependency.
-struct SplitMix64(u64);
-
-impl SplitMix64 {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
-/// `n` distinct random even keys (odd numbers are then guaranteed absent).
-fn random_keys(n: usize, rng: &mut SplitMix64) -> Vec<u64> {
-    let mut set = std::collections::BTreeSet::new();
-    while set.len() < n {
-        set.insert(rng.next() & !1);
-    }
-    let mut keys: Vec<u64> = set.into_iter().collect();
-    // Shuffle (Fisher-Yates) so insertion order is random too.
-    for i in (1..keys.len()).rev() {
-        let j = rng.below(i as u64 + 1) as usize;
-        keys.swap(i, j);
-    }
-    keys
-}
-
-/// Half present keys, half absent (odd) random keys, in random order.
-fn mixed_queries(keys: &[u64], rng: &mut SplitMix64) -> Vec<u64> {
-    (0..QUERIES)
-        .map(|i| {
-            if i % 2 == 0 {
-                keys[rng.below(keys.len() as u64) as usize]
-            } else {
-                rng.next() | 1
-            }
-        })
-        .collect()
-}
-
 /// Both maps grown by single inserts in `keys`' (random) order: no
 /// bulk-built, perfectly packed B-tree nodes.
 fn build(keys: &[u64]) -> (LatchTree<u64, u64>, BTreeMap<u64, u64>) {
@@ -165,7 +119,7 @@ fn bench_insert_remove<M: Measurement>(c: &mut Criterion<M>) {
         let mut rng = SplitMix64(0x7772_0000 ^ n as u64);
         let keys = random_keys(n, &mut rng);
         // Fresh keys are odd, so never present.
-        let fresh: Vec<u64> = (0..QUERIES).map(|_| rng.next() | 1).collect();
+        let fresh: Vec<u64> = (0..QUERIES).map(|_| rng.next_u64() | 1).collect();
         let (tree, mut map) = build(&keys);
 
         group.bench_with_input(BenchmarkId::new("latchtree", n), &n, |b, _| {
@@ -192,52 +146,14 @@ fn bench_insert_remove<M: Measurement>(c: &mut Criterion<M>) {
     group.finish();
 }
 
-/// The kernel's workload: 84 modules of 16 KiB to 1 MiB with gaps between
-/// them; 90% of the queried addresses fall inside a module, 5% in a gap
-/// between modules and 5% outside all of them (the bounds fast path).
-fn kernel_workload(rng: &mut SplitMix64) -> (Vec<(u64, u64)>, Vec<u64>) {
-    const MODULES: usize = 84;
-    let mut ranges = Vec::with_capacity(MODULES);
-    let mut at = 0xffff_ffff_c000_0000_u64;
-    for _ in 0..MODULES {
-        at += 0x1000 * (1 + rng.below(64)); // gap of 4 KiB..256 KiB
-        let len = 0x4000 + 0x1000 * rng.below(252);
-        ranges.push((at, at + len));
-        at += len;
-    }
-    let queries = (0..QUERIES)
-        .map(|_| {
-            let r = rng.below(100);
-            if r < 90 {
-                let (s, e) = ranges[rng.below(MODULES as u64) as usize];
-                s + rng.below(e - s)
-            } else if r < 95 {
-                // In the gap before a random module (gaps are >= 4 KiB).
-                let (s, _) = ranges[rng.below(MODULES as u64) as usize];
-                s - 1 - rng.below(0x1000)
-            } else {
-                // Outside the bounds: core kernel text below the modules.
-                0xffff_ffff_8000_0000 + rng.below(1 << 24)
-            }
-        })
-        .collect();
-    (ranges, queries)
-}
-
 fn bench_kernel<M: Measurement>(c: &mut Criterion<M>) {
     let mut group = c.benchmark_group("kernel84");
-    let mut rng = SplitMix64(0x6b65_726e);
-    let (ranges, queries) = kernel_workload(&mut rng);
+    let Workload { ranges, queries } = Workload::kernel(0x6b65_726e);
     // Both built by single inserts in a random module order.
-    let mut order: Vec<usize> = (0..ranges.len()).collect();
-    for i in (1..order.len()).rev() {
-        let j = rng.below(i as u64 + 1) as usize;
-        order.swap(i, j);
-    }
     let index = AddrIndex::new();
     let mut map: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
-    for &m in &order {
-        let (s, e) = ranges[m];
+    for (s, e) in shuffled(&ranges) {
+        let m = ranges.partition_point(|&(start, _)| start < s);
         index.insert(s..e, m).expect("ranges do not overlap");
         map.insert(s, (e, m as u64));
     }

@@ -1,10 +1,10 @@
 //! Deterministic workloads: disjoint address ranges and query addresses.
 
 /// A small deterministic generator (SplitMix64); no `rand` dependency.
-pub(crate) struct SplitMix64(pub(crate) u64);
+pub struct SplitMix64(pub u64);
 
 impl SplitMix64 {
-    pub(crate) fn next(&mut self) -> u64 {
+    pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -12,26 +12,26 @@ impl SplitMix64 {
         z ^ (z >> 31)
     }
 
-    pub(crate) fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n
     }
 }
 
 /// Length of every query array (a power of two, walked cyclically).
-pub(crate) const QUERIES: usize = 1 << 16;
+pub const QUERIES: usize = 1 << 16;
 
 /// A set of disjoint ranges `(start, end)` in address order, and addresses to
 /// look up in them.
-pub(crate) struct Workload {
-    pub(crate) ranges: Vec<(u64, u64)>,
-    pub(crate) queries: Vec<u64>,
+pub struct Workload {
+    pub ranges: Vec<(u64, u64)>,
+    pub queries: Vec<u64>,
 }
 
 impl Workload {
     /// `n` ranges with gaps and lengths of 1..=2^20 bytes above 2^40; 90% of
     /// the queries inside a random range, 10% just past one (in a gap, or
     /// occasionally in the next range).
-    pub(crate) fn ranges(n: usize, seed: u64) -> Self {
+    pub fn ranges(n: usize, seed: u64) -> Self {
         let mut rng = SplitMix64(seed);
         let mut ranges = Vec::with_capacity(n);
         let mut at = 1u64 << 40;
@@ -58,7 +58,7 @@ impl Workload {
     /// 16 KiB..1 MiB with 4..256 KiB gaps; 90% of the addresses inside a
     /// module, 5% in a gap between modules, 5% in core kernel text below all
     /// modules (the bounds fast path).
-    pub(crate) fn kernel(seed: u64) -> Self {
+    pub fn kernel(seed: u64) -> Self {
         const MODULES: usize = 84;
         let mut rng = SplitMix64(seed);
         let mut ranges = Vec::with_capacity(MODULES);
@@ -88,16 +88,44 @@ impl Workload {
 
     /// Keys that are never a range start, one per range (its end; gaps are
     /// at least one byte), each usable as a fresh one-byte range `[e, e+1)`.
-    pub(crate) fn fresh_keys(&self) -> Vec<u64> {
+    pub fn fresh_keys(&self) -> Vec<u64> {
         self.ranges.iter().map(|&(_, e)| e).collect()
     }
+}
+
+/// `n` distinct random even keys (odd numbers are then guaranteed absent).
+pub fn random_keys(n: usize, rng: &mut SplitMix64) -> Vec<u64> {
+    let mut set = std::collections::BTreeSet::new();
+    while set.len() < n {
+        set.insert(rng.next_u64() & !1);
+    }
+    let mut keys: Vec<u64> = set.into_iter().collect();
+    // Shuffle (Fisher-Yates) so insertion order is random too.
+    for i in (1..keys.len()).rev() {
+        let j = rng.below(i as u64 + 1) as usize;
+        keys.swap(i, j);
+    }
+    keys
+}
+
+/// Half present keys, half absent (odd) random keys, in random order.
+pub fn mixed_queries(keys: &[u64], rng: &mut SplitMix64) -> Vec<u64> {
+    (0..QUERIES)
+        .map(|i| {
+            if i % 2 == 0 {
+                keys[rng.below(keys.len() as u64) as usize]
+            } else {
+                rng.next_u64() | 1
+            }
+        })
+        .collect()
 }
 
 /// `ranges` in a random (seeded) order: every structure is built by
 /// inserting one range at a time in this order, as a map that grew by
 /// updates would be (no bulk-built, perfectly packed B-tree nodes, no
 /// sorted-insertion tree shapes).
-pub(crate) fn shuffled(ranges: &[(u64, u64)]) -> Vec<(u64, u64)> {
+pub fn shuffled(ranges: &[(u64, u64)]) -> Vec<(u64, u64)> {
     let mut rng = SplitMix64(0x7368_7566 ^ ranges.len() as u64);
     let mut out = ranges.to_vec();
     for i in (1..out.len()).rev() {

@@ -1,0 +1,656 @@
+//! Every write of the address index: one transaction each, through
+//! [`IndexBatch`].
+//!
+//! # No user code under the writer lock
+//!
+//! The single-call writes (`insert_module`, `remove`, `set_value`) collect
+//! and validate their input before taking the lock, pin before it (pinning
+//! may run deferred destructors: never inside the lock), and run only this
+//! module's code under it. No `T` is dropped under the lock on any path:
+//!
+//! * a rejected value goes back to the caller in an [`InsertError`];
+//! * a record taken out by a committed transaction (remove, set_value) is
+//!   retired through the epoch once it left both copies (the `release` hook,
+//!   after the second flip), and the epoch is flushed after the lock is
+//!   released;
+//! * a record made by a transaction that rolls back is retired the same way
+//!   (no reader ever validated a read of it, so no grace period is needed,
+//!   but the epoch is the one place that drops outside the lock);
+//! * the closure's own handles (`Removed`, `Arc`s returned by `set_value`)
+//!   are clones: the index's reference outlives them until after the lock.
+
+use super::error::{AddrIndexError, InsertError};
+use super::queries::raw_hit;
+use super::record::{self, Dirty, Record};
+use super::slab::Fields;
+use super::types::{ModuleId, ModuleMeta, RawHit, Removed, Segment};
+use super::{AddrIndex, Ending, Node, Writer};
+use crate::raw::{Dir, Slot, Txn};
+use crate::sync::Ordering;
+use core::cell::Cell;
+use core::fmt;
+use core::ops::Range;
+use core::ptr::NonNull;
+use std::sync::Arc;
+
+/// The handle a [`write`](AddrIndex::write) batch works through: every
+/// write of [`AddrIndex`], plus reads of the version being built
+/// (read-your-writes). Nothing of the batch is visible to readers before the
+/// closure returns; then all of it is, at once.
+///
+/// A rejected operation returns its error (and value) to the closure and
+/// changes nothing; the batch goes on. A panicking closure rolls the whole
+/// batch back.
+///
+/// ```
+/// use latchtree::AddrIndex;
+/// let index = AddrIndex::new();
+/// let old = index.insert(0x1000..0x2000, "v1").unwrap();
+/// let new = index.write(|batch| {
+///     let removed = batch.remove(old).unwrap();
+///     assert_eq!(**removed.value(), "v1");
+///     assert!(!batch.contains(old));
+///     let rejected = batch.insert(0x1800..0x1900, "x");
+///     assert!(rejected.is_ok(), "the old range is already free in the batch");
+///     let _ = batch.remove(rejected.unwrap());
+///     let new = batch.insert(0x1000..0x2000, "v2").unwrap();
+///     assert_eq!(batch.get(new), Some(&"v2"));
+///     assert_eq!((batch.module_count(), batch.range_count()), (1, 1));
+///     assert_eq!(batch.lookup(0x1800).map(|h| h.id()), Some(new));
+///     new
+/// });
+/// assert_eq!(index.lookup(0x1800).map(|h| h.id()), Some(new));
+/// assert_eq!(index.stats().writes, 2, "one transaction for the batch");
+/// ```
+pub struct IndexBatch<'b, T> {
+    index: &'b AddrIndex<T>,
+    txn: Txn<'b, Node<T>>,
+    w: &'b mut Writer<T>,
+}
+
+impl<T> fmt::Debug for IndexBatch<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("IndexBatch")
+            .field("modules", &self.module_count())
+            .field("ranges", &self.range_count())
+            .finish()
+    }
+}
+
+/// Checks one range's shape.
+fn validate(r: &Range<u64>) -> Result<(), AddrIndexError> {
+    if r.start == r.end {
+        Err(AddrIndexError::EmptyRange(r.clone()))
+    } else if r.start > r.end {
+        Err(AddrIndexError::InvertedRange(r.clone()))
+    } else {
+        Ok(())
+    }
+}
+
+/// A module's segments, validated on their own and sorted: what the lock
+/// need not see.
+fn prepare<S: Into<Segment>>(
+    ranges: impl IntoIterator<Item = S>,
+) -> Result<Box<[Segment]>, AddrIndexError> {
+    let mut segs: Vec<Segment> = ranges.into_iter().map(Into::into).collect();
+    if segs.is_empty() {
+        return Err(AddrIndexError::NoRanges);
+    }
+    for s in &segs {
+        validate(&s.range)?;
+    }
+    segs.sort_unstable_by_key(|s| s.range.start);
+    for w in segs.windows(2) {
+        if w[0].range.end > w[1].range.start {
+            return Err(AddrIndexError::SelfOverlap(
+                w[0].range.clone(),
+                w[1].range.clone(),
+            ));
+        }
+    }
+    Ok(segs.into_boxed_slice())
+}
+
+impl<T> IndexBatch<'_, T> {
+    /// The record of `id` in the version being built.
+    fn record(&self, id: ModuleId) -> Option<NonNull<Record<T>>> {
+        NonNull::new(self.index.tables[0].find(id.0))
+    }
+
+    /// The node holding the range that starts at `start`, in copy 0.
+    fn node_at(&self, start: u64) -> NonNull<Node<T>> {
+        let slot = self.txn.find(|n| {
+            // Relaxed: writer-only reads under the lock.
+            let s = n.start.load(Ordering::Relaxed);
+            (start != s).then_some(Dir::toward(start > s))
+        });
+        let Slot::Occupied(node) = slot else {
+            unreachable!("a live module's range is indexed")
+        };
+        node
+    }
+
+    /// Links one node per segment of `rec` (`txn.begin()` done).
+    fn link(&mut self, rec: NonNull<Record<T>>) {
+        // SAFETY: made by this batch, owned by the index.
+        let r = unsafe { rec.as_ref() };
+        for s in r.segments.iter() {
+            let start = s.range.start;
+            let slot = self.txn.find(|n| {
+                // Relaxed: writer-only reads under the lock.
+                Some(Dir::toward(start >= n.start.load(Ordering::Relaxed)))
+            });
+            let node = self.w.slab.alloc(fields(r, s));
+            // SAFETY: `node` is a free slab node (in no copy) that stays
+            // allocated as long as the index; `slot` is vacant and fresh.
+            unsafe { self.txn.insert(node, slot) };
+        }
+    }
+
+    /// `insert_module_with` on validated segments.
+    fn insert_prepared(
+        &mut self,
+        segments: Box<[Segment]>,
+        value: T,
+        meta: ModuleMeta,
+    ) -> Result<ModuleId, InsertError<T>> {
+        // Against the version being built, before changing anything.
+        for s in segments.iter() {
+            let r = &s.range;
+            // Ends increase with starts, so the registered range with the
+            // lowest end above `r.start` is the lowest one that can overlap
+            // `r`; it does if it starts before `r.end`.
+            let mut first_above = None;
+            self.txn.find(|n| {
+                // Relaxed: writer-only reads under the lock.
+                let above = n.end.load(Ordering::Relaxed) > r.start;
+                if above {
+                    first_above = Some(raw_hit(n));
+                }
+                Some(Dir::toward(!above))
+            });
+            if let Some(hit) = first_above {
+                if hit.start < r.end {
+                    let error = AddrIndexError::Overlap {
+                        range: r.clone(),
+                        existing: hit.range(),
+                        module: hit.id,
+                    };
+                    return Err(InsertError::new(error, value));
+                }
+            }
+        }
+        let id = self.w.next_id;
+        self.w.next_id += 1;
+        let base = meta.base.unwrap_or(segments[0].range.start);
+        let rec = Record::boxed(id, Arc::new(value), segments, base, meta.tag);
+        self.w.created.push(rec);
+        // Flip before rewriting anything readers may stand on (recycled
+        // nodes, table 0): see slab.rs.
+        self.txn.begin();
+        self.index.tables[0].push(id, rec, &mut self.w.dirty);
+        self.link(rec);
+        Ok(ModuleId(id))
+    }
+
+    /// [`AddrIndex::insert`], inside the batch.
+    ///
+    /// ```
+    /// let index = latchtree::AddrIndex::new();
+    /// let id = index.write(|b| b.insert(0..10, 'a')).unwrap();
+    /// assert_eq!(index.lookup(5).unwrap().id(), id);
+    /// ```
+    pub fn insert(&mut self, range: Range<u64>, value: T) -> Result<ModuleId, InsertError<T>> {
+        self.insert_module_with([range], value, ModuleMeta::default())
+    }
+
+    /// [`AddrIndex::insert_module`], inside the batch.
+    ///
+    /// ```
+    /// let index = latchtree::AddrIndex::new();
+    /// let id = index.write(|b| b.insert_module([0..10, 20..30], 'a')).unwrap();
+    /// assert_eq!(index.lookup(25).unwrap().id(), id);
+    /// ```
+    pub fn insert_module<S: Into<Segment>>(
+        &mut self,
+        ranges: impl IntoIterator<Item = S>,
+        value: T,
+    ) -> Result<ModuleId, InsertError<T>> {
+        self.insert_module_with(ranges, value, ModuleMeta::default())
+    }
+
+    /// [`AddrIndex::insert_module_with`], inside the batch.
+    ///
+    /// ```
+    /// use latchtree::{AddrIndex, ModuleMeta};
+    /// let index = AddrIndex::new();
+    /// let meta = ModuleMeta { base: Some(0), tag: 1 };
+    /// index.write(|b| b.insert_module_with([0x10..0x20], 'a', meta)).unwrap();
+    /// assert_eq!(index.lookup(0x15).unwrap().module_offset(0x15), 0x15);
+    /// ```
+    pub fn insert_module_with<S: Into<Segment>>(
+        &mut self,
+        ranges: impl IntoIterator<Item = S>,
+        value: T,
+        meta: ModuleMeta,
+    ) -> Result<ModuleId, InsertError<T>> {
+        match prepare(ranges) {
+            Ok(segments) => self.insert_prepared(segments, value, meta),
+            Err(e) => Err(InsertError::new(e, value)),
+        }
+    }
+
+    /// [`AddrIndex::remove`], inside the batch.
+    ///
+    /// ```
+    /// let index = latchtree::AddrIndex::new();
+    /// let id = index.insert(0..10, 'a').unwrap();
+    /// let removed = index.write(|b| b.remove(id)).unwrap();
+    /// assert_eq!(**removed.value(), 'a');
+    /// ```
+    pub fn remove(&mut self, id: ModuleId) -> Option<Removed<T>> {
+        let rec = self.record(id)?;
+        // SAFETY: a live record of the version being built.
+        let r = unsafe { rec.as_ref() };
+        self.txn.begin();
+        self.index.tables[0].remove(id.0, &mut self.w.dirty);
+        for s in r.segments.iter() {
+            let node = self.node_at(s.range.start);
+            // SAFETY: `node` came from `find` just now.
+            unsafe { self.txn.erase(node) };
+        }
+        self.w.retired.push(rec);
+        Some(Removed {
+            id,
+            value: Arc::clone(&r.value),
+            segments: r.segments.clone(),
+            base: r.base,
+            tag: r.tag,
+        })
+    }
+
+    /// [`AddrIndex::set_value`], inside the batch.
+    ///
+    /// ```
+    /// let index = latchtree::AddrIndex::new();
+    /// let id = index.insert(0..10, 'a').unwrap();
+    /// let old = index.write(|b| b.set_value(id, 'b', 7)).unwrap();
+    /// assert_eq!(*old, 'a');
+    /// assert_eq!(index.lookup(5).unwrap().tag(), 7);
+    /// ```
+    pub fn set_value(
+        &mut self,
+        id: ModuleId,
+        value: T,
+        tag: u64,
+    ) -> Result<Arc<T>, InsertError<T>> {
+        let Some(old) = self.record(id) else {
+            return Err(InsertError::new(AddrIndexError::UnknownModule(id), value));
+        };
+        // SAFETY: a live record of the version being built.
+        let o = unsafe { old.as_ref() };
+        let rec = Record::boxed(id.0, Arc::new(value), o.segments.clone(), o.base, tag);
+        self.w.created.push(rec);
+        self.txn.begin();
+        self.index.tables[0].set(id.0, rec, &mut self.w.dirty);
+        // SAFETY: made just above, owned by the index.
+        let r = unsafe { rec.as_ref() };
+        for s in r.segments.iter() {
+            let old_node = self.node_at(s.range.start);
+            let node = self.w.slab.alloc(fields(r, s));
+            // SAFETY: `old_node` came from `find` just now; `node` is a free
+            // slab node, in no copy, allocated as long as the index.
+            unsafe { self.txn.replace(old_node, node) };
+        }
+        self.w.retired.push(old);
+        Ok(Arc::clone(&o.value))
+    }
+
+    /// The value of module `id` in the version being built.
+    ///
+    /// ```
+    /// let index = latchtree::AddrIndex::new();
+    /// index.write(|b| {
+    ///     let id = b.insert(0..10, 'a').unwrap();
+    ///     assert_eq!(b.get(id), Some(&'a'));
+    /// });
+    /// ```
+    pub fn get(&self, id: ModuleId) -> Option<&T> {
+        // SAFETY: records of the version being built live at least until
+        // the transaction ends (they are retired after it), and `&self`
+        // borrows the batch.
+        self.record(id).map(|r| &*unsafe { r.as_ref() }.value)
+    }
+
+    /// Whether module `id` is registered in the version being built (see
+    /// the example on [`IndexBatch`]).
+    pub fn contains(&self, id: ModuleId) -> bool {
+        self.record(id).is_some()
+    }
+
+    /// The ranges of module `id` in the version being built.
+    ///
+    /// ```
+    /// let index = latchtree::AddrIndex::new();
+    /// index.write(|b| {
+    ///     let id = b.insert_module([20..30, 0..10], ()).unwrap();
+    ///     assert_eq!(b.ranges_of(id), Some(vec![0..10, 20..30]));
+    /// });
+    /// ```
+    pub fn ranges_of(&self, id: ModuleId) -> Option<Vec<Range<u64>>> {
+        // SAFETY: as in `get`.
+        self.record(id).map(|r| {
+            unsafe { r.as_ref() }
+                .segments
+                .iter()
+                .map(|s| s.range.clone())
+                .collect()
+        })
+    }
+
+    /// The module count of the version being built (see the example on
+    /// [`IndexBatch`]).
+    pub fn module_count(&self) -> usize {
+        self.index.tables[0].live()
+    }
+
+    /// The range count of the version being built (see the example on
+    /// [`IndexBatch`]).
+    pub fn range_count(&self) -> usize {
+        self.txn.len()
+    }
+
+    /// [`AddrIndex::lookup`] in the version being built (see the example on
+    /// [`IndexBatch`]).
+    pub fn lookup(&self, addr: u64) -> Option<RawHit> {
+        let mut cand = None;
+        self.txn.find(|n| {
+            // Relaxed: writer-only reads under the lock.
+            let right = addr >= n.start.load(Ordering::Relaxed);
+            if right {
+                cand = Some(raw_hit(n));
+            }
+            Some(Dir::toward(right))
+        });
+        cand.filter(|h| addr < h.end)
+    }
+}
+
+/// The node fields of segment `s` of record `r`.
+fn fields<T>(r: &Record<T>, s: &Segment) -> Fields<Record<T>> {
+    Fields {
+        start: s.range.start,
+        end: s.range.end,
+        id: r.id,
+        base: r.base,
+        tag: r.tag,
+        flags: s.flags,
+        module: core::ptr::from_ref(r).cast_mut(),
+    }
+}
+
+/// Runs [`AddrIndex::flush`] when dropped (also while unwinding), if armed.
+struct FlushAfter<'a, T> {
+    index: &'a AddrIndex<T>,
+    armed: Cell<bool>,
+}
+
+impl<T> Drop for FlushAfter<'_, T> {
+    fn drop(&mut self) {
+        if self.armed.get() {
+            self.index.flush();
+        }
+    }
+}
+
+impl<T: Send + Sync + 'static> AddrIndex<T> {
+    /// Runs `f` as one transaction: readers see all of its writes or none of
+    /// them, at the cost of one pair of flips. An operation the batch
+    /// rejects returns its error to `f` and changes nothing; if `f` panics,
+    /// every write it made is rolled back and the panic resumes.
+    ///
+    /// `f` runs under the index's writer lock: it must not write to this
+    /// index other than through the batch (that panics), and should not
+    /// block.
+    ///
+    /// ```
+    /// use latchtree::AddrIndex;
+    /// let index = AddrIndex::new();
+    /// // Apply a `dl_iterate_phdr` diff in one version.
+    /// let gone = index.insert(0x1000..0x2000, "libold.so").unwrap();
+    /// let new = index.write(|batch| {
+    ///     batch.remove(gone);
+    ///     batch.insert(0x5000..0x6000, "libnew.so").unwrap()
+    /// });
+    /// assert_eq!(index.lookup(0x5800).map(|h| h.id()), Some(new));
+    ///
+    /// // A panicking batch changes nothing.
+    /// let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+    ///     index.write(|batch| {
+    ///         batch.remove(new);
+    ///         panic!("abort the batch");
+    ///     })
+    /// }));
+    /// assert!(r.is_err());
+    /// assert_eq!(index.lookup(0x5800).map(|h| h.id()), Some(new));
+    /// ```
+    pub fn write<R>(&self, f: impl FnOnce(&mut IndexBatch<'_, T>) -> R) -> R {
+        // Declared first, so it runs last: after the guard is dropped (a
+        // pinned guard would hold the epoch back) and the lock released.
+        let flush = FlushAfter {
+            index: self,
+            armed: Cell::new(false),
+        };
+        // Pinned before the lock: crossbeam runs deferred destructors on a
+        // thread's outermost pin, so none runs under the lock.
+        let guard = self.pin();
+        let end = Cell::new(Ending::Rollback);
+        self.tree.write(
+            |txn, w| {
+                w.dirty = Dirty::new();
+                w.created.clear();
+                w.retired.clear();
+                let mut batch = IndexBatch {
+                    index: self,
+                    txn: txn.reborrow(),
+                    w,
+                };
+                let r = f(&mut batch);
+                let w = batch.w;
+                end.set(Ending::Commit(w.dirty));
+                // Committed: the records made are the index's for good.
+                w.created.clear();
+                r
+            },
+            |copy, first, last| self.publish(copy, first, last, end.get()),
+            |w, node| {
+                w.slab.recycle(node);
+                // Out of both copies (after a commit: the taken-out records;
+                // after a rollback: the records made). `release` runs after
+                // the last flip, once per released node: the first call
+                // retires them all.
+                let gone = match end.get() {
+                    Ending::Commit(_) => &mut w.retired,
+                    Ending::Rollback => &mut w.created,
+                };
+                for rec in gone.drain(..) {
+                    flush.armed.set(true);
+                    // SAFETY: `rec` is in no copy of the tree or the table
+                    // now, readers pinned from now on cannot reach it, and
+                    // each record is taken out of a version once; `guard`
+                    // pins the default collector.
+                    unsafe { record::retire(&self.reclaim, &guard, rec) };
+                }
+            },
+        )
+    }
+
+    /// Registers one range for a new module (base: the range's start, tag:
+    /// 0). See [`insert_module_with`](AddrIndex::insert_module_with).
+    ///
+    /// ```
+    /// use latchtree::{AddrIndex, AddrIndexError};
+    /// let index = AddrIndex::new();
+    /// assert!(index.insert(0x1000..0x2000, "a").is_ok());
+    /// let err = index.insert(5..5, "b").unwrap_err();
+    /// assert_eq!(err.into_parts(), (AddrIndexError::EmptyRange(5..5), "b"));
+    /// ```
+    pub fn insert(&self, range: Range<u64>, value: T) -> Result<ModuleId, InsertError<T>> {
+        self.insert_module_with([range], value, ModuleMeta::default())
+    }
+
+    /// Registers a new module owning several ranges (text, data, rodata…),
+    /// with the default [`ModuleMeta`]. See
+    /// [`insert_module_with`](AddrIndex::insert_module_with).
+    ///
+    /// ```
+    /// use latchtree::{AddrIndex, AddrIndexError};
+    /// let index = AddrIndex::new();
+    /// let id = index.insert_module([0x2000..0x3000, 0x1000..0x2000], "m").unwrap();
+    /// assert_eq!(index.lookup(0x1fff).unwrap().id(), id);
+    /// let err = index.insert_module([0x5000..0x6000, 0x5800..0x5900], "n").unwrap_err();
+    /// assert_eq!(*err.error(), AddrIndexError::SelfOverlap(0x5000..0x6000, 0x5800..0x5900));
+    /// assert_eq!(index.module_count(), 1);
+    /// ```
+    pub fn insert_module<S: Into<Segment>>(
+        &self,
+        ranges: impl IntoIterator<Item = S>,
+        value: T,
+    ) -> Result<ModuleId, InsertError<T>> {
+        self.insert_module_with(ranges, value, ModuleMeta::default())
+    }
+
+    /// Registers a new module owning `ranges` (plain ranges or
+    /// [`Segment`]s with flags), with base and tag, atomically: a reader
+    /// sees all of it or none. Ranges may be given in any order; adjacent
+    /// ranges (`a.end == b.start`) are fine.
+    ///
+    /// On error nothing changes and `value` comes back in the error.
+    ///
+    /// ```
+    /// use latchtree::{AddrIndex, ModuleMeta, Segment};
+    /// let index = AddrIndex::new();
+    /// let ranges = [Segment { range: 0x40_1000..0x40_2000, flags: 5 }, Segment::from(0x40_3000..0x40_3100)];
+    /// let id = index
+    ///     .insert_module_with(ranges, "a.out", ModuleMeta { base: Some(0x40_0000), tag: 1 })
+    ///     .unwrap();
+    /// let hit = index.lookup(0x40_1010).unwrap();
+    /// assert_eq!((hit.id(), hit.module_offset(0x40_1010), hit.tag(), hit.flags()), (id, 0x1010, 1, 5));
+    /// ```
+    pub fn insert_module_with<S: Into<Segment>>(
+        &self,
+        ranges: impl IntoIterator<Item = S>,
+        value: T,
+        meta: ModuleMeta,
+    ) -> Result<ModuleId, InsertError<T>> {
+        // The caller's iterator runs here, before the lock.
+        let segments = match prepare(ranges) {
+            Ok(s) => s,
+            Err(e) => return Err(InsertError::new(e, value)),
+        };
+        self.write(|b| b.insert_prepared(segments, value, meta))
+    }
+
+    /// Removes module `id` and all its ranges, atomically, and hands back
+    /// everything the index knew of it. `None` if `id` is unknown or was
+    /// already removed. See [when a removed value is
+    /// dropped](AddrIndex#when-a-removed-value-is-dropped).
+    ///
+    /// ```
+    /// let index = latchtree::AddrIndex::new();
+    /// let id = index.insert_module([0..10, 20..30], "m").unwrap();
+    /// let removed = index.remove(id).unwrap();
+    /// assert_eq!(removed.ranges().collect::<Vec<_>>(), [0..10, 20..30]);
+    /// assert!(index.remove(id).is_none());
+    /// assert!(index.lookup(25).is_none());
+    /// ```
+    pub fn remove(&self, id: ModuleId) -> Option<Removed<T>> {
+        self.write(|b| b.remove(id))
+    }
+
+    /// Replaces the value and tag of live module `id` atomically, keeping
+    /// its id, ranges and base; returns the old value. A concurrent
+    /// [`lookup`](AddrIndex::lookup) or [`module_address`](AddrIndex::module_address)
+    /// sees the old module or the new one (value and tag together), never a
+    /// miss and never a mix. An unknown id gives the new value back in the
+    /// error.
+    ///
+    /// ```
+    /// use latchtree::{AddrIndex, AddrIndexError, ModuleId};
+    /// let index = AddrIndex::new();
+    /// let id = index.insert(0..10, "baseline").unwrap();
+    /// assert_eq!(*index.set_value(id, "optimized", 2).unwrap(), "baseline");
+    /// let guard = index.pin();
+    /// let hit = index.module_address(5, &guard).unwrap();
+    /// assert_eq!((hit.id(), *hit.value(), hit.tag()), (id, "optimized", 2));
+    /// let err = index.set_value(ModuleId::from_raw(9), "x", 0).unwrap_err();
+    /// assert_eq!(err.into_parts(), (AddrIndexError::UnknownModule(ModuleId::from_raw(9)), "x"));
+    /// ```
+    pub fn set_value(&self, id: ModuleId, value: T, tag: u64) -> Result<Arc<T>, InsertError<T>> {
+        self.write(|b| b.set_value(id, value, tag))
+    }
+
+    #[doc(hidden)]
+    /// Checks every structural invariant; for tests. Call it at rest.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        self.tree.check(|a, b| {
+            // Relaxed: under the writer lock.
+            a.end.load(Ordering::Relaxed) <= b.start.load(Ordering::Relaxed)
+                && a.start.load(Ordering::Relaxed) < a.end.load(Ordering::Relaxed)
+        })?;
+        let snap = self.raw_snapshot();
+        let want = snap
+            .first()
+            .zip(snap.last())
+            .map(|(f, l)| f.0.start..l.0.end);
+        if self.bounds() != want {
+            return Err(format!("bounds {:?}, ranges span {want:?}", self.bounds()));
+        }
+        let tables = [self.tables[0].dump(), self.tables[1].dump()];
+        if tables[0] != tables[1] || self.tables[0].live() != self.tables[1].live() {
+            return Err("the two module tables differ".into());
+        }
+        if !tables[0].windows(2).all(|w| w[0].0 < w[1].0) {
+            return Err("module table not sorted by id".into());
+        }
+        let live: Vec<_> = tables[0].iter().filter(|(_, r)| !r.is_null()).collect();
+        if live.len() != self.tables[0].live() {
+            return Err("module count disagrees with the table".into());
+        }
+        let tombstones = tables[0].len() - live.len();
+        if tombstones > live.len().max(record::COMPACT_MIN) {
+            return Err(format!(
+                "{tombstones} tombstones for {} modules: not compacted",
+                live.len()
+            ));
+        }
+        let mut owned = 0;
+        for &&(id, rec) in &live {
+            // SAFETY: at rest (the caller), live records are owned by the
+            // index and not retired.
+            let r = unsafe { &*rec };
+            if r.id != id {
+                return Err(format!("slot {id} holds the record of #{}", r.id));
+            }
+            for s in r.segments.iter() {
+                owned += 1;
+                let ok = snap.iter().any(|(h, m)| {
+                    *m == rec
+                        && h.range() == s.range
+                        && (h.id.0, h.base, h.tag, h.flags) == (id, r.base, r.tag, s.flags)
+                });
+                if !ok {
+                    return Err(format!(
+                        "module #{id} owns {:?}, which is not indexed as such",
+                        s.range
+                    ));
+                }
+            }
+        }
+        if owned != snap.len() {
+            return Err("some indexed range belongs to no registered module".into());
+        }
+        Ok(())
+    }
+}

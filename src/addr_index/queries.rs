@@ -1,0 +1,352 @@
+//! Every read of the address index. Each answer comes from one validated
+//! version (one latch read): ranges, records and counts always agree.
+
+use super::record::Record;
+use super::types::{Hit, ModuleId, ModuleRef, RawHit};
+use super::{AddrIndex, Node};
+use crate::raw::{Dir, View};
+use crate::sync::Ordering;
+use core::ops::Range;
+use crossbeam_epoch::Guard;
+
+/// A range node's fields, copied out before validation.
+pub(super) fn raw_hit<T>(n: &Node<T>) -> RawHit {
+    // Relaxed: `n` was reached through an Acquire link load; torn values are
+    // caught by the latch re-check.
+    RawHit {
+        start: n.start.load(Ordering::Relaxed),
+        end: n.end.load(Ordering::Relaxed),
+        id: ModuleId(n.id.load(Ordering::Relaxed)),
+        base: n.base.load(Ordering::Relaxed),
+        tag: n.tag.load(Ordering::Relaxed),
+        flags: n.flags.load(Ordering::Relaxed) as u32,
+    }
+}
+
+impl<T> AddrIndex<T> {
+    /// Finds the range containing `addr` in a stable copy and copies its
+    /// fields out, before validation. `Some(None)`: no such range.
+    #[inline(always)]
+    fn find<'a>(
+        &'a self,
+        view: View<'a, Node<T>>,
+        addr: u64,
+    ) -> Option<Option<(RawHit, *mut Record<T>)>> {
+        let b = &self.bounds[view.copy()];
+        // Relaxed: validated by the latch like every other word read here.
+        if addr < b[0].load(Ordering::Relaxed) || addr >= b[1].load(Ordering::Relaxed) {
+            return Some(None);
+        }
+        // Branch-free descent to a leaf, keeping the last node that starts
+        // at or below `addr`: the only range that can contain it.
+        let mut cand = None;
+        view.descend(|n| {
+            // Relaxed: see `raw_hit`.
+            let right = addr >= n.start.load(Ordering::Relaxed);
+            cand = if right { Some(n) } else { cand };
+            Some(Dir::toward(right))
+        })?;
+        // Read the candidate's fields before validation, like every field.
+        Some(cand.and_then(|n| {
+            // Relaxed: see `raw_hit`.
+            (addr < n.end.load(Ordering::Relaxed))
+                .then(|| (raw_hit(n), n.module.load(Ordering::Relaxed)))
+        }))
+    }
+
+    /// The range containing `addr`, with its module's id, base, tag and the
+    /// range's flags, by value. **Async-signal-safe**: no lock, no epoch
+    /// pin, no thread-local, no allocation, no free; it never waits for a
+    /// writer, not even one it interrupted on the same thread.
+    ///
+    /// ```
+    /// let index = latchtree::AddrIndex::new();
+    /// let id = index.insert(100..200, ()).unwrap();
+    /// assert_eq!(index.lookup(150).map(|h| h.id()), Some(id));
+    /// assert_eq!(index.lookup(200), None);
+    /// ```
+    #[inline]
+    pub fn lookup(&self, addr: u64) -> Option<RawHit> {
+        self.read(|view| self.find(view, addr)).map(|(hit, _)| hit)
+    }
+
+    /// Pins crossbeam-epoch's default collector: the guard every guarded
+    /// read of this index takes (the same as [`latchtree::pin()`](crate::pin)).
+    ///
+    /// ```
+    /// let index = latchtree::AddrIndex::new();
+    /// let id = index.insert(0..10, 'x').unwrap();
+    /// assert_eq!(index.get(id, &index.pin()), Some(&'x'));
+    /// ```
+    pub fn pin(&self) -> Guard {
+        self.reclaim.pin()
+    }
+
+    /// Panics unless `guard` pins the default collector; dereferences a
+    /// validated record pointer.
+    ///
+    /// # Safety
+    /// `record` was read, in a read the latch validated, from a range node
+    /// or table slot of a stable copy, after `guard` was pinned.
+    unsafe fn record<'g>(&'g self, record: *mut Record<T>, _guard: &'g Guard) -> &'g Record<T> {
+        // The record was linked in a stable copy for the whole read; records
+        // are retired through the epoch only after they left both copies
+        // (batch.rs), and the guard was pinned before the read.
+        // SAFETY: so it is live and immutable for as long as `guard`.
+        unsafe { &*record }
+    }
+
+    /// The range containing `addr`, with everything [`lookup`](AddrIndex::lookup)
+    /// gives and the module's value, borrowed for the guard's lifetime.
+    ///
+    /// # Panics
+    /// If `guard` does not pin crossbeam-epoch's default collector (the one
+    /// [`pin`](AddrIndex::pin) pins).
+    ///
+    /// ```
+    /// let index = latchtree::AddrIndex::new();
+    /// index.insert(0x1000..0x2000, String::from("libfoo.so")).unwrap();
+    /// let guard = index.pin();
+    /// let hit = index.module_address(0x1234, &guard).unwrap();
+    /// assert_eq!(hit.value(), "libfoo.so");
+    /// assert_eq!(hit.range(), 0x1000..0x2000);
+    /// ```
+    #[inline]
+    pub fn module_address<'g>(&'g self, addr: u64, guard: &'g Guard) -> Option<Hit<'g, T>> {
+        self.reclaim.check_guard(guard);
+        let (raw, record) = self.read(|view| self.find(view, addr))?;
+        // SAFETY: validated by `read`, pinned before it.
+        let record = unsafe { self.record(record, guard) };
+        Some(Hit {
+            raw,
+            value: &*record.value,
+        })
+    }
+
+    /// The record of `id` in a validated read, if registered.
+    fn module_record<'g>(&'g self, id: ModuleId, guard: &'g Guard) -> Option<&'g Record<T>> {
+        self.reclaim.check_guard(guard);
+        let record = self.read(|view| Some(self.tables[view.copy()].find(id.0)));
+        // SAFETY: validated by `read`, pinned before it; null: no module.
+        (!record.is_null()).then(|| unsafe { self.record(record, guard) })
+    }
+
+    /// The value of module `id`, if it is registered.
+    ///
+    /// # Panics
+    /// As [`module_address`](AddrIndex::module_address).
+    ///
+    /// ```
+    /// let index = latchtree::AddrIndex::new();
+    /// let id = index.insert(0..10, 'x').unwrap();
+    /// assert_eq!(index.get(id, &index.pin()), Some(&'x'));
+    /// ```
+    pub fn get<'g>(&'g self, id: ModuleId, guard: &'g Guard) -> Option<&'g T> {
+        self.module_record(id, guard).map(|r| &*r.value)
+    }
+
+    /// Module `id` with its value, segments, base and tag, if registered.
+    ///
+    /// # Panics
+    /// As [`module_address`](AddrIndex::module_address).
+    ///
+    /// ```
+    /// let index = latchtree::AddrIndex::new();
+    /// let id = index.insert_module([0x20..0x30, 0x0..0x10], "m").unwrap();
+    /// let guard = index.pin();
+    /// let m = index.module(id, &guard).unwrap();
+    /// assert_eq!((*m.value(), m.base()), ("m", 0x0));
+    /// assert!(index.module(latchtree::ModuleId::from_raw(99), &guard).is_none());
+    /// ```
+    pub fn module<'g>(&'g self, id: ModuleId, guard: &'g Guard) -> Option<ModuleRef<'g, T>> {
+        self.module_record(id, guard).map(|rec| ModuleRef { rec })
+    }
+
+    /// The ranges of module `id`, in address order, if it is registered.
+    ///
+    /// ```
+    /// let index = latchtree::AddrIndex::new();
+    /// let id = index.insert_module([50..60, 0..10], ()).unwrap();
+    /// assert_eq!(index.ranges_of(id), Some(vec![0..10, 50..60]));
+    /// ```
+    pub fn ranges_of(&self, id: ModuleId) -> Option<Vec<Range<u64>>> {
+        let guard = self.pin();
+        self.module(id, &guard).map(|m| m.ranges().collect())
+    }
+
+    /// Every registered module, in id order, from one version of the index.
+    ///
+    /// # Panics
+    /// As [`module_address`](AddrIndex::module_address).
+    ///
+    /// ```
+    /// let index = latchtree::AddrIndex::new();
+    /// let a = index.insert(0x50..0x60, "a").unwrap();
+    /// let b = index.insert_module([0x10..0x20, 0x30..0x40], "b").unwrap();
+    /// let guard = index.pin();
+    /// let all: Vec<_> = index.modules(&guard).map(|m| (m.id(), *m.value(), m.ranges().len())).collect();
+    /// assert_eq!(all, [(a, "a", 1), (b, "b", 2)]);
+    /// ```
+    pub fn modules<'g>(&'g self, guard: &'g Guard) -> impl Iterator<Item = ModuleRef<'g, T>> + 'g {
+        self.reclaim.check_guard(guard);
+        let records = self.read(|view| {
+            let mut out = Vec::with_capacity(self.tables[view.copy()].live().min(1 << 16));
+            self.tables[view.copy()].records(|r| out.push(r));
+            Some(out)
+        });
+        records.into_iter().map(move |r| ModuleRef {
+            // SAFETY: validated by `read`, pinned before it.
+            rec: unsafe { self.record(r, guard) },
+        })
+    }
+
+    /// Every range with its node fields and record, in address order, from
+    /// one version; `keep` filters by range.
+    fn collect(&self, keep: impl Fn(u64, u64) -> bool) -> Vec<(RawHit, *mut Record<T>)> {
+        self.read(|view| {
+            let mut out = Vec::new();
+            view.walk(|n| {
+                let hit = raw_hit(n);
+                if keep(hit.start, hit.end) {
+                    // Relaxed: see `raw_hit`.
+                    out.push((hit, n.module.load(Ordering::Relaxed)));
+                }
+            })?;
+            Some(out)
+        })
+    }
+
+    /// [`snapshot`](AddrIndex::snapshot) without values.
+    pub(crate) fn raw_snapshot(&self) -> Vec<(RawHit, *mut Record<T>)> {
+        self.collect(|_, _| true)
+    }
+
+    /// Turns validated `(hit, record)` pairs into hits with values.
+    fn with_values<'g>(
+        &'g self,
+        hits: Vec<(RawHit, *mut Record<T>)>,
+        guard: &'g Guard,
+    ) -> impl Iterator<Item = Hit<'g, T>> + 'g {
+        hits.into_iter().map(move |(raw, r)| Hit {
+            raw,
+            // SAFETY: validated by `read`, pinned before it.
+            value: &*unsafe { self.record(r, guard) }.value,
+        })
+    }
+
+    /// Every range that intersects `range` (`[start, end)`), with its
+    /// module, in address order, from one version of the index. An empty or
+    /// inverted `range` intersects nothing.
+    ///
+    /// # Panics
+    /// As [`module_address`](AddrIndex::module_address).
+    ///
+    /// ```
+    /// let index = latchtree::AddrIndex::new();
+    /// let a = index.insert_module([0x100..0x200, 0x400..0x500], "a").unwrap();
+    /// let b = index.insert(0x200..0x300, "b").unwrap();
+    /// let guard = index.pin();
+    /// let hits: Vec<_> = index.overlapping(0x1ff..0x401, &guard).map(|h| (h.range(), h.id())).collect();
+    /// assert_eq!(hits, [(0x100..0x200, a), (0x200..0x300, b), (0x400..0x500, a)]);
+    /// assert_eq!(index.overlapping(0x300..0x400, &guard).count(), 0);
+    /// ```
+    pub fn overlapping<'g>(
+        &'g self,
+        range: Range<u64>,
+        guard: &'g Guard,
+    ) -> impl Iterator<Item = Hit<'g, T>> + 'g {
+        self.reclaim.check_guard(guard);
+        let hits = if range.start < range.end {
+            self.collect(|s, e| s < range.end && range.start < e)
+        } else {
+            Vec::new()
+        };
+        self.with_values(hits, guard)
+    }
+
+    /// Every range with its module and value, in address order, from one
+    /// consistent version of the index.
+    ///
+    /// # Panics
+    /// As [`module_address`](AddrIndex::module_address).
+    ///
+    /// ```
+    /// use latchtree::AddrIndex;
+    /// let index = AddrIndex::new();
+    /// let a = index.insert(10..20, 'a').unwrap();
+    /// let b = index.insert(0..5, 'b').unwrap();
+    /// let guard = index.pin();
+    /// let all: Vec<_> = index.snapshot(&guard).iter().map(|h| (h.range(), h.id(), *h.value())).collect();
+    /// assert_eq!(all, [(0..5, b, 'b'), (10..20, a, 'a')]);
+    /// ```
+    pub fn snapshot<'g>(&'g self, guard: &'g Guard) -> Vec<Hit<'g, T>> {
+        self.reclaim.check_guard(guard);
+        self.with_values(self.raw_snapshot(), guard).collect()
+    }
+
+    /// The lowest start to the highest end of all ranges, or `None` when
+    /// empty. Async-signal-safe.
+    ///
+    /// ```
+    /// let index = latchtree::AddrIndex::new();
+    /// assert_eq!(index.bounds(), None);
+    /// index.insert_module([0x10..0x20, 0x80..0x90], ()).unwrap();
+    /// assert_eq!(index.bounds(), Some(0x10..0x90));
+    /// ```
+    pub fn bounds(&self) -> Option<Range<u64>> {
+        self.read(|view| {
+            let b = &self.bounds[view.copy()];
+            // Relaxed: validated by the latch.
+            let (lo, hi) = (b[0].load(Ordering::Relaxed), b[1].load(Ordering::Relaxed));
+            Some((lo < hi).then_some(lo..hi))
+        })
+    }
+
+    /// The number of ranges (of all modules). Async-signal-safe.
+    ///
+    /// ```
+    /// let index = latchtree::AddrIndex::new();
+    /// index.insert_module([0..1, 2..3], ()).unwrap();
+    /// assert_eq!(index.range_count(), 2);
+    /// ```
+    pub fn range_count(&self) -> usize {
+        self.tree.len()
+    }
+
+    /// Whether no module is registered. Async-signal-safe.
+    ///
+    /// ```
+    /// assert!(latchtree::AddrIndex::<()>::new().is_empty());
+    /// ```
+    pub fn is_empty(&self) -> bool {
+        self.range_count() == 0
+    }
+
+    /// The number of registered modules, from the same version as the
+    /// ranges a concurrent [`lookup`](AddrIndex::lookup) sees.
+    /// Async-signal-safe.
+    ///
+    /// ```
+    /// let index = latchtree::AddrIndex::new();
+    /// index.insert_module([0..1, 2..3], ()).unwrap();
+    /// assert_eq!(index.module_count(), 1);
+    /// ```
+    pub fn module_count(&self) -> usize {
+        self.read(|view| Some(self.tables[view.copy()].live()))
+    }
+
+    /// Counters for observability: reads retried and writes done.
+    ///
+    /// ```
+    /// let index = latchtree::AddrIndex::new();
+    /// index.insert(0..1, ()).unwrap();
+    /// assert_eq!(index.stats().writes, 1);
+    /// ```
+    pub fn stats(&self) -> crate::Stats {
+        let (read_retries, writes) = self.tree.stats();
+        crate::Stats {
+            read_retries,
+            writes,
+        }
+    }
+}

@@ -1,0 +1,141 @@
+//! A guide for profiler, symbolizer and JIT-runtime authors: what may run in
+//! a signal handler, what a handler should record, and how a sample still
+//! resolves after its module is gone. Everything here is also compiled and
+//! run as a test.
+//!
+//! # What a signal handler may call
+//!
+//! Only [`AddrIndex::lookup`] and the accessors of the [`RawHit`] it returns
+//! (plain values, no borrow). `lookup` takes no lock, pins no epoch, touches
+//! no thread-local, allocates and frees nothing, and never waits: if the
+//! signal interrupted a writer on the very same thread, the handler reads
+//! the copy that writer is not touching and answers. Everything else —
+//! writes, [`AddrIndex::module_address`], [`AddrIndex::get`], iteration,
+//! [`AddrIndex::pin`] — pins a crossbeam epoch (a thread-local that may
+//! allocate on first use) or takes the writer lock: normal threads only.
+//!
+//! Keep the index in a `static` ([`AddrIndex::new`] is `const`), so that the
+//! handler needs no pointer to it.
+//!
+//! # What a handler should record
+//!
+//! `(hit.id().get(), hit.module_offset(pc))`, into memory allocated
+//! beforehand (static atomics, a preallocated ring buffer):
+//!
+//! * [`ModuleId`]s are never reused: the pair names one module forever, even
+//!   after it was unloaded and something else was mapped at its address (an
+//!   address-keyed table would silently blame the newcomer).
+//! * [`RawHit::module_offset`] is `pc - base`, where `base` is the module's
+//!   [`ModuleMeta::base`] (for an ELF object its load bias): the link-time
+//!   address that `addr2line`, `blazesym` or `nm` take. [`RawHit::offset`] is
+//!   relative to the *range* instead, which is ambiguous for a module with
+//!   several ranges.
+//! * [`RawHit::tag`] is the module's user word, readable right in the
+//!   handler: a pointer to immutable data that outlives the module, or an
+//!   index into a table you preallocated (a JIT's trap table, say).
+//!   [`RawHit::flags`] is the range's own word (e.g. an ELF segment's
+//!   `p_flags`).
+//!
+//! # Resolving later, even after an unload
+//!
+//! On a normal thread, turn the number back into an id with
+//! [`ModuleId::from_raw`] and ask [`AddrIndex::module`] (still loaded) — or
+//! keep what [`AddrIndex::remove`] handed back ([`Removed`]: the value as an
+//! `Arc`, the ranges, `base` and `tag`) for as long as samples may still
+//! name the module. No side table is needed.
+//!
+//! # A real handler, interrupting a write on its own thread
+//!
+//! ```
+//! # #[cfg(unix)] {
+//! use latchtree::{AddrIndex, ModuleId, ModuleMeta};
+//! use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+//!
+//! static MODULES: AddrIndex<&'static str> = AddrIndex::new();
+//! // What the handler saw: preallocated, written with plain atomic stores.
+//! static SEEN_ID: AtomicU64 = AtomicU64::new(0);
+//! static SEEN_OFFSET: AtomicU64 = AtomicU64::new(0);
+//! static SEEN_TAG: AtomicU64 = AtomicU64::new(0);
+//! /// The "interrupted pc" (a real profiler reads it from the `ucontext`).
+//! const PC: u64 = 0x7f00_1234;
+//!
+//! extern "C" fn on_signal(_: libc::c_int) {
+//!     // Async-signal-safe: no lock, pin, thread-local, allocation or free.
+//!     if let Some(hit) = MODULES.lookup(PC) {
+//!         SEEN_ID.store(hit.id().get(), Relaxed);
+//!         SEEN_OFFSET.store(hit.module_offset(PC), Relaxed);
+//!         SEEN_TAG.store(hit.tag(), Relaxed);
+//!     }
+//! }
+//!
+//! // SAFETY: a zeroed `sigaction` is a valid "no flags, empty mask" value,
+//! // and `on_signal` only calls async-signal-safe code.
+//! unsafe {
+//!     let mut action: libc::sigaction = std::mem::zeroed();
+//!     action.sa_sigaction = on_signal as usize;
+//!     assert_eq!(libc::sigaction(libc::SIGUSR1, &action, std::ptr::null_mut()), 0);
+//! }
+//!
+//! // A library: text and data, offsets relative to its load bias 0x7f00_0000,
+//! // and a tag (here an index into a table the program preallocated).
+//! let meta = ModuleMeta { base: Some(0x7f00_0000), tag: 42 };
+//! let lib = MODULES
+//!     .insert_module_with([0x7f00_1000..0x7f00_8000, 0x7f00_a000..0x7f00_b000], "libfoo.so", meta)
+//!     .unwrap();
+//!
+//! // The signal lands in the middle of a batch on this very thread: the
+//! // handler reads the copy the batch is not writing, and answers at once.
+//! MODULES.write(|batch| {
+//!     batch.insert(0x1000..0x2000, "jit-code").unwrap();
+//!     // SAFETY: raising a signal whose handler is installed above.
+//!     assert_eq!(unsafe { libc::raise(libc::SIGUSR1) }, 0);
+//!     batch.insert(0x3000..0x4000, "more-jit-code").unwrap();
+//! });
+//! assert_eq!(SEEN_ID.load(Relaxed), lib.get());
+//! assert_eq!(SEEN_OFFSET.load(Relaxed), 0x1234); // the link-time address
+//! assert_eq!(SEEN_TAG.load(Relaxed), 42);
+//!
+//! // The library is unloaded; a late sample still resolves, from what
+//! // `remove` handed back.
+//! let removed = MODULES.remove(lib).unwrap();
+//! let sample = (SEEN_ID.load(Relaxed), SEEN_OFFSET.load(Relaxed));
+//! assert_eq!(MODULES.lookup(PC), None);
+//! assert_eq!(ModuleId::from_raw(sample.0), removed.id());
+//! assert_eq!(**removed.value(), "libfoo.so");
+//! assert_eq!(removed.base() + sample.1, PC);
+//! # }
+//! ```
+//!
+//! # Keeping up with `dlopen` and `dlclose`
+//!
+//! Rescan on a normal thread (glibc's `dlpi_adds`/`dlpi_subs` counters say
+//! when anything changed) and apply the difference as one
+//! [`AddrIndex::write`] batch: readers see the old set of objects or the new
+//! one, never half of it. With the `objects` feature, the crate does this for
+//! you: see `LoadedObjects`.
+//!
+//! # Limits
+//!
+//! * Readers can starve only while writes never stop; a handler that
+//!   interrupted the writer never retries (that writer cannot run meanwhile).
+//! * A write — including one issued from a handler — is never signal-safe:
+//!   it takes the writer lock.
+//!
+//! [`AddrIndex`]: crate::AddrIndex
+//! [`AddrIndex::lookup`]: crate::AddrIndex::lookup
+//! [`AddrIndex::module_address`]: crate::AddrIndex::module_address
+//! [`AddrIndex::get`]: crate::AddrIndex::get
+//! [`AddrIndex::pin`]: crate::AddrIndex::pin
+//! [`AddrIndex::new`]: crate::AddrIndex::new
+//! [`AddrIndex::module`]: crate::AddrIndex::module
+//! [`AddrIndex::remove`]: crate::AddrIndex::remove
+//! [`AddrIndex::write`]: crate::AddrIndex::write
+//! [`RawHit`]: crate::RawHit
+//! [`RawHit::module_offset`]: crate::RawHit::module_offset
+//! [`RawHit::offset`]: crate::RawHit::offset
+//! [`RawHit::tag`]: crate::RawHit::tag
+//! [`RawHit::flags`]: crate::RawHit::flags
+//! [`ModuleId`]: crate::ModuleId
+//! [`ModuleId::from_raw`]: crate::ModuleId::from_raw
+//! [`ModuleMeta::base`]: crate::ModuleMeta::base
+//! [`Removed`]: crate::Removed

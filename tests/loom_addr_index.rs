@@ -1,0 +1,155 @@
+//! Loom models of the address index's signal-path metadata and of its one
+//! transaction per write, through the public API.
+//!
+//! Run with
+//! `RUSTFLAGS="--cfg latchtree_loom" LOOM_MAX_PREEMPTIONS=2 cargo test --release --test loom_addr_index`
+//! (use a separate target dir: the cfg changes every crate's build). Same
+//! harness rules as `tests/loom.rs`: writes on the model's main thread,
+//! reads on spawned threads, and a model fails unless loom explored an
+//! execution in which a reader retried.
+//!
+//! | defect | failing models |
+//! |---|---|
+//! | `no_release_fence` | `recycled_node_base_and_tag_are_validated` (A's range with B's tag), `batch_ranges_records_and_counts_change_together` (A's record after its range was gone) |
+
+#![cfg(latchtree_loom)]
+
+use latchtree::{AddrIndex, ModuleMeta, RawHit};
+use loom::model::Builder;
+use loom::sync::Arc;
+use loom::thread;
+
+/// Runs `f` under loom (`LOOM_MAX_PREEMPTIONS` from the environment, 2 if
+/// unset); `f` returns how many reads retried. See `tests/loom.rs`.
+fn model(f: impl Fn() -> u64 + Sync + Send + 'static) {
+    use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+    let mut b = Builder::new();
+    if b.preemption_bound.is_none() {
+        b.preemption_bound = Some(2);
+    }
+    let counts = std::sync::Arc::new([AtomicUsize::new(0), AtomicUsize::new(0)]);
+    let c = counts.clone();
+    let started = std::time::Instant::now();
+    b.check(move || {
+        c[0].fetch_add(1, Relaxed);
+        if f() > 0 {
+            c[1].fetch_add(1, Relaxed);
+        }
+    });
+    let (runs, retried) = (counts[0].load(Relaxed), counts[1].load(Relaxed));
+    eprintln!(
+        "loom: {runs} executions ({retried} with a retried read) in {:.1?}",
+        started.elapsed()
+    );
+    assert!(
+        runs > 1 && retried > 0,
+        "loom explored no racing interleaving ({runs} executions, {retried} with a retry)"
+    );
+}
+
+/// Runs `read` on a new thread against `index`.
+fn reader(
+    index: &Arc<AddrIndex<u64>>,
+    read: impl FnOnce(&AddrIndex<u64>) + Send + 'static,
+) -> thread::JoinHandle<()> {
+    let index = index.clone();
+    thread::spawn(move || read(&index))
+}
+
+/// What a reader keeps of a hit: range, id, base, tag.
+fn seen(h: RawHit) -> (std::ops::Range<u64>, u64, u64, u64) {
+    (h.range(), h.id().get(), h.base(), h.tag())
+}
+
+/// Module A (`10..20`, id 1, base 5, tag 100) is removed and module B
+/// (`12..30`, id 2, base 7, tag 200) inserted; B's range reuses A's slab
+/// node, so its `start`/`end`/`id`/`base`/`tag` words are rewritten while a
+/// reader may still stand on the node. A reader must see A whole, B whole
+/// or nothing: a recycled node's base or tag must fail validation like its
+/// range does.
+#[test]
+fn recycled_node_base_and_tag_are_validated() {
+    model(|| {
+        let index = Arc::new(AddrIndex::<u64>::new());
+        let meta = |base, tag| ModuleMeta {
+            base: Some(base),
+            tag,
+        };
+        let a = index.insert_module_with([10..20], 1, meta(5, 100)).unwrap();
+        let r = reader(&index, |index| {
+            let got = index.lookup(15).map(seen);
+            assert!(
+                got.is_none()
+                    || got == Some((10..20, 1, 5, 100))
+                    || got == Some((12..30, 2, 7, 200)),
+                "read {got:?}, which is no version"
+            );
+        });
+        assert_eq!(index.remove(a).map(|r| r.tag()), Some(100));
+        index.insert_module_with([12..30], 2, meta(7, 200)).unwrap();
+        r.join().unwrap();
+        index.check_invariants().unwrap();
+        index.stats().read_retries
+    });
+}
+
+/// `set_value` replaces a module's value and tag in place: a concurrent
+/// `lookup` and `module_address` always hit, with the old tag and value or
+/// the new ones, never a miss and never a mix (value and tag are set equal
+/// here).
+#[test]
+fn set_value_is_never_a_miss_nor_a_mix() {
+    model(|| {
+        let index = Arc::new(AddrIndex::<u64>::new());
+        let meta = ModuleMeta { base: None, tag: 1 };
+        let id = index.insert_module_with([10..20], 1, meta).unwrap();
+        let r = reader(&index, move |index| {
+            let hit = index.lookup(15).expect("lookup missed during set_value");
+            assert!(
+                hit.id() == id && (hit.tag() == 1 || hit.tag() == 2),
+                "{hit:?}"
+            );
+            let guard = index.pin();
+            let hit = index
+                .module_address(15, &guard)
+                .expect("module_address missed during set_value");
+            assert_eq!(
+                *hit.value(),
+                hit.tag(),
+                "value and tag of different versions"
+            );
+        });
+        assert_eq!(*index.set_value(id, 2, 2).unwrap(), 1);
+        r.join().unwrap();
+        index.check_invariants().unwrap();
+        index.stats().read_retries
+    });
+}
+
+/// A batch that removes module A and registers B: a reader that saw A's
+/// range gone (or B's present) must not find A's record afterwards, and the
+/// module count is 1 in every version (the review finding: the record used
+/// to leave in a second write).
+#[test]
+fn batch_ranges_records_and_counts_change_together() {
+    model(|| {
+        let index = Arc::new(AddrIndex::<u64>::new());
+        let a = index.insert(10..20, 1).unwrap();
+        let r = reader(&index, move |index| {
+            assert_eq!(index.module_count(), 1, "a count of no version");
+            let a_gone = index.lookup(15).is_none();
+            let guard = index.pin();
+            if a_gone {
+                assert_eq!(index.get(a, &guard), None, "A's record outlived its ranges");
+            }
+        });
+        let b = index.write(|batch| {
+            batch.remove(a).unwrap();
+            batch.insert(40..50, 2).unwrap()
+        });
+        r.join().unwrap();
+        assert_eq!(index.lookup(45).map(|h| h.id()), Some(b));
+        index.check_invariants().unwrap();
+        index.stats().read_retries
+    });
+}
