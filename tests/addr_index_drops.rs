@@ -7,8 +7,6 @@
 //! One `#[test]` on purpose: the epoch is process-wide, and a guard held by
 //! a test running in parallel would (correctly) delay reclamation.
 
-#![cfg(not(miri))]
-
 use latchtree::{AddrIndex, ModuleId};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::*};

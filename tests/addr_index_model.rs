@@ -111,8 +111,8 @@ impl Oracle {
     /// The id `which` names: the n-th live module, or (every fifth) a
     /// removed or never issued one.
     fn pick(&self, which: usize) -> ModuleId {
-        if self.modules.is_empty() || which % 5 == 0 {
-            ModuleId::from_raw(if which % 2 == 0 {
+        if self.modules.is_empty() || which.is_multiple_of(5) {
+            ModuleId::from_raw(if which.is_multiple_of(2) {
                 self.last_id + 1
             } else {
                 which as u64 % (self.last_id + 1)
@@ -120,10 +120,6 @@ impl Oracle {
         } else {
             self.modules[which % self.modules.len()].id
         }
-    }
-
-    fn live(&self, id: ModuleId) -> Option<&Module> {
-        self.modules.iter().find(|m| m.id == id)
     }
 }
 
@@ -534,7 +530,9 @@ fn extremes_and_adjacent_ranges() {
         base: Some(1000),
         tag: 0,
     };
-    index.insert_module_with([50..60], "high", high).unwrap();
+    index
+        .insert_module_with([Segment::from(50..60)], "high", high)
+        .unwrap();
     assert_eq!(
         index.lookup(55).unwrap().module_offset(55),
         55u64.wrapping_sub(1000)

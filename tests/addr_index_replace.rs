@@ -53,7 +53,7 @@ fn readers_never_miss_or_see_a_foreign_tag_during_100k_in_place_updates() {
                     let mut n = 0u64;
                     let mut last = 0;
                     while !stop.load(Acquire) {
-                        let addr = if n % 2 == 0 {
+                        let addr = if n.is_multiple_of(2) {
                             0x1000 + (n + r) % 0x1000
                         } else {
                             0x3050

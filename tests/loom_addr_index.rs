@@ -14,38 +14,12 @@
 
 #![cfg(latchtree_loom)]
 
+mod common;
+
+use common::loom_model as model;
 use latchtree::{AddrIndex, ModuleMeta, RawHit};
-use loom::model::Builder;
 use loom::sync::Arc;
 use loom::thread;
-
-/// Runs `f` under loom (`LOOM_MAX_PREEMPTIONS` from the environment, 2 if
-/// unset); `f` returns how many reads retried. See `tests/loom.rs`.
-fn model(f: impl Fn() -> u64 + Sync + Send + 'static) {
-    use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
-    let mut b = Builder::new();
-    if b.preemption_bound.is_none() {
-        b.preemption_bound = Some(2);
-    }
-    let counts = std::sync::Arc::new([AtomicUsize::new(0), AtomicUsize::new(0)]);
-    let c = counts.clone();
-    let started = std::time::Instant::now();
-    b.check(move || {
-        c[0].fetch_add(1, Relaxed);
-        if f() > 0 {
-            c[1].fetch_add(1, Relaxed);
-        }
-    });
-    let (runs, retried) = (counts[0].load(Relaxed), counts[1].load(Relaxed));
-    eprintln!(
-        "loom: {runs} executions ({retried} with a retried read) in {:.1?}",
-        started.elapsed()
-    );
-    assert!(
-        runs > 1 && retried > 0,
-        "loom explored no racing interleaving ({runs} executions, {retried} with a retry)"
-    );
-}
 
 /// Runs `read` on a new thread against `index`.
 fn reader(

@@ -72,7 +72,11 @@ struct Module {
 /// Every indexed range with its module, in address order.
 fn indexed(index: &AddrIndex<u32>) -> Vec<(Range<u64>, ModuleId)> {
     let guard = index.pin();
-    index.snapshot(&guard).iter().map(|h| (h.range(), h.id())).collect()
+    index
+        .snapshot(&guard)
+        .iter()
+        .map(|h| (h.range(), h.id()))
+        .collect()
 }
 
 /// The linear-scan oracle.

@@ -4,18 +4,19 @@
 //! # No user code under the writer lock
 //!
 //! The single-call writes (`insert_module`, `remove`, `set_value`) collect
-//! and validate their input before taking the lock, pin before it (pinning
-//! may run deferred destructors: never inside the lock), and run only this
-//! module's code under it. No `T` is dropped under the lock on any path:
+//! and validate their input before taking the lock and run only this
+//! module's code under it; no write pins an epoch under it either (pinning
+//! may run deferred destructors). No `T` is dropped under the lock on any
+//! path:
 //!
 //! * a rejected value goes back to the caller in an [`InsertError`];
 //! * a record taken out by a committed transaction (remove, set_value) is
-//!   retired through the epoch once it left both copies (the `release` hook,
-//!   after the second flip), and the epoch is flushed after the lock is
-//!   released;
-//! * a record made by a transaction that rolls back is retired the same way
-//!   (no reader ever validated a read of it, so no grace period is needed,
-//!   but the epoch is the one place that drops outside the lock);
+//!   moved out of the writer state once it left both copies (the `release`
+//!   hook, after the second flip), and retired through the epoch, then
+//!   flushed, after the lock is released (`Gone`);
+//! * a record made by a transaction that rolls back goes the same way (no
+//!   reader ever validated a read of it, but the epoch is the one place
+//!   that drops outside the lock, also while unwinding);
 //! * the closure's own handles (`Removed`, `Arc`s returned by `set_value`)
 //!   are clones: the index's reference outlives them until after the lock.
 
@@ -23,7 +24,7 @@ use super::error::{AddrIndexError, InsertError};
 use super::queries::raw_hit;
 use super::record::{self, Dirty, Record};
 use super::slab::Fields;
-use super::types::{ModuleId, ModuleMeta, RawHit, Removed, Segment};
+use super::types::{ModuleId, ModuleMeta, RawHit, Removed, Segment, Segments};
 use super::{AddrIndex, Ending, Node, Writer};
 use crate::raw::{Dir, Slot, Txn};
 use crate::sync::Ordering;
@@ -62,6 +63,17 @@ use std::sync::Arc;
 /// assert_eq!(index.lookup(0x1800).map(|h| h.id()), Some(new));
 /// assert_eq!(index.stats().writes, 2, "one transaction for the batch");
 /// ```
+///
+/// What a batch's reads borrow cannot leave the batch (a value removed by a
+/// later write may be freed once the batch is over):
+///
+/// ```compile_fail
+/// let index = latchtree::AddrIndex::new();
+/// let escaped = index.write(|b| {
+///     let id = b.insert(0..10, String::from("m")).unwrap();
+///     b.get(id)
+/// });
+/// ```
 pub struct IndexBatch<'b, T> {
     index: &'b AddrIndex<T>,
     txn: Txn<'b, Node<T>>,
@@ -92,11 +104,14 @@ fn validate(r: &Range<u64>) -> Result<(), AddrIndexError> {
 /// need not see.
 fn prepare<S: Into<Segment>>(
     ranges: impl IntoIterator<Item = S>,
-) -> Result<Box<[Segment]>, AddrIndexError> {
-    let mut segs: Vec<Segment> = ranges.into_iter().map(Into::into).collect();
-    if segs.is_empty() {
-        return Err(AddrIndexError::NoRanges);
-    }
+) -> Result<Segments, AddrIndexError> {
+    let mut it = ranges.into_iter().map(Into::into);
+    let first = it.next().ok_or(AddrIndexError::NoRanges)?;
+    let Some(second) = it.next() else {
+        validate(&first.range)?;
+        return Ok(Segments::One(first));
+    };
+    let mut segs: Vec<Segment> = [first, second].into_iter().chain(it).collect();
     for s in &segs {
         validate(&s.range)?;
     }
@@ -109,7 +124,7 @@ fn prepare<S: Into<Segment>>(
             ));
         }
     }
-    Ok(segs.into_boxed_slice())
+    Ok(Segments::Many(segs.into_boxed_slice()))
 }
 
 impl<T> IndexBatch<'_, T> {
@@ -131,49 +146,57 @@ impl<T> IndexBatch<'_, T> {
         node
     }
 
-    /// Links one node per segment of `rec` (`txn.begin()` done).
-    fn link(&mut self, rec: NonNull<Record<T>>) {
-        // SAFETY: made by this batch, owned by the index.
-        let r = unsafe { rec.as_ref() };
-        for s in r.segments.iter() {
-            let start = s.range.start;
-            let slot = self.txn.find(|n| {
-                // Relaxed: writer-only reads under the lock.
-                Some(Dir::toward(start >= n.start.load(Ordering::Relaxed)))
-            });
-            let node = self.w.slab.alloc(fields(r, s));
-            // SAFETY: `node` is a free slab node (in no copy) that stays
-            // allocated as long as the index; `slot` is vacant and fresh.
-            unsafe { self.txn.insert(node, slot) };
+    /// Where a range `r` would be linked in copy 0, or the lowest registered
+    /// range it overlaps. One descent by start: the last node it turns right
+    /// at is `r`'s predecessor (the only lower range that can overlap it),
+    /// the last it turns left at its successor (the lowest higher one).
+    fn place(&self, r: &Range<u64>) -> Result<Slot<Node<T>>, RawHit> {
+        let (mut pred, mut succ) = (None, None);
+        let slot = self.txn.find(|n| {
+            // Relaxed: writer-only reads under the lock.
+            let right = r.start >= n.start.load(Ordering::Relaxed);
+            let n = core::ptr::from_ref(n);
+            if right {
+                pred = Some(n)
+            } else {
+                succ = Some(n)
+            }
+            Some(Dir::toward(right))
+        });
+        // SAFETY: nodes of copy 0, live under the lock.
+        let hit = |n: *const Node<T>| raw_hit(unsafe { &*n });
+        match (pred.map(hit), succ.map(hit)) {
+            (Some(p), _) if p.end > r.start => Err(p),
+            (_, Some(s)) if s.start < r.end => Err(s),
+            _ => Ok(slot),
         }
+    }
+
+    /// Links a node for segment `s` of `rec` at `slot` (`txn.begin()` done).
+    fn link(&mut self, rec: NonNull<Record<T>>, s: &Segment, slot: Slot<Node<T>>) {
+        // SAFETY: made by this batch, owned by the index.
+        let node = self.w.slab.alloc(fields(unsafe { rec.as_ref() }, s));
+        // SAFETY: `node` is a free slab node (in no copy) that stays
+        // allocated as long as the index; `slot` is vacant and fresh.
+        unsafe { self.txn.insert(node, slot) };
     }
 
     /// `insert_module_with` on validated segments.
     fn insert_prepared(
         &mut self,
-        segments: Box<[Segment]>,
+        segments: Segments,
         value: T,
         meta: ModuleMeta,
     ) -> Result<ModuleId, InsertError<T>> {
-        // Against the version being built, before changing anything.
+        // Against the version being built, before changing anything; in
+        // address order, so the lowest new range that overlaps is reported.
+        let mut slot = None;
         for s in segments.iter() {
-            let r = &s.range;
-            // Ends increase with starts, so the registered range with the
-            // lowest end above `r.start` is the lowest one that can overlap
-            // `r`; it does if it starts before `r.end`.
-            let mut first_above = None;
-            self.txn.find(|n| {
-                // Relaxed: writer-only reads under the lock.
-                let above = n.end.load(Ordering::Relaxed) > r.start;
-                if above {
-                    first_above = Some(raw_hit(n));
-                }
-                Some(Dir::toward(!above))
-            });
-            if let Some(hit) = first_above {
-                if hit.start < r.end {
+            match self.place(&s.range) {
+                Ok(found) => slot = Some(found),
+                Err(hit) => {
                     let error = AddrIndexError::Overlap {
-                        range: r.clone(),
+                        range: s.range.clone(),
                         existing: hit.range(),
                         module: hit.id,
                     };
@@ -190,7 +213,19 @@ impl<T> IndexBatch<'_, T> {
         // nodes, table 0): see slab.rs.
         self.txn.begin();
         self.index.tables[0].push(id, rec, &mut self.w.dirty);
-        self.link(rec);
+        // SAFETY: made just above, owned by the index.
+        let segments = &unsafe { rec.as_ref() }.segments;
+        match &**segments {
+            // The slot found by the check is still fresh: nothing changed
+            // the tree since.
+            [s] => self.link(rec, s, slot.expect("one segment was placed")),
+            many => {
+                for s in many {
+                    let slot = self.place(&s.range).expect("checked above");
+                    self.link(rec, s, slot);
+                }
+            }
+        }
         Ok(ModuleId(id))
     }
 
@@ -339,8 +374,8 @@ impl<T> IndexBatch<'_, T> {
     /// });
     /// ```
     pub fn ranges_of(&self, id: ModuleId) -> Option<Vec<Range<u64>>> {
-        // SAFETY: as in `get`.
         self.record(id).map(|r| {
+            // SAFETY: as in `get`.
             unsafe { r.as_ref() }
                 .segments
                 .iter()
@@ -390,17 +425,44 @@ fn fields<T>(r: &Record<T>, s: &Segment) -> Fields<Record<T>> {
     }
 }
 
-/// Runs [`AddrIndex::flush`] when dropped (also while unwinding), if armed.
-struct FlushAfter<'a, T> {
+/// Records that left both copies of everything in a transaction, moved out
+/// of the writer state under the lock; retired through the epoch and
+/// flushed when dropped, after the lock (also while unwinding).
+struct Gone<'a, T> {
     index: &'a AddrIndex<T>,
-    armed: Cell<bool>,
+    first: Option<NonNull<Record<T>>>,
+    rest: Vec<NonNull<Record<T>>>,
 }
 
-impl<T> Drop for FlushAfter<'_, T> {
-    fn drop(&mut self) {
-        if self.armed.get() {
-            self.index.flush();
+impl<T> Gone<'_, T> {
+    fn push(&mut self, rec: NonNull<Record<T>>) {
+        match self.first {
+            None => self.first = Some(rec),
+            Some(_) => self.rest.push(rec),
         }
+    }
+}
+
+impl<T> Drop for Gone<'_, T> {
+    fn drop(&mut self) {
+        let Some(first) = self.first.take() else {
+            return;
+        };
+        // Pinned after the lock: pinning may run deferred destructors.
+        let guard = self.index.pin();
+        for rec in core::iter::once(first).chain(self.rest.drain(..)) {
+            // SAFETY: `rec` left every copy of the tree and the table in a
+            // transaction that has finished, so readers pinned from now on
+            // cannot reach it; each record is taken out of a version once
+            // and pushed here once; `guard` pins the default collector.
+            unsafe { record::retire(&self.index.reclaim, &guard, rec) };
+        }
+        // The first round of `flush` (hand the records to the collector,
+        // advance the epoch once) with this guard; then unpinned, since a
+        // guard of this thread would hold the epoch back from the second.
+        guard.flush();
+        drop(guard);
+        self.index.flush();
     }
 }
 
@@ -411,8 +473,10 @@ impl<T: Send + Sync + 'static> AddrIndex<T> {
     /// every write it made is rolled back and the panic resumes.
     ///
     /// `f` runs under the index's writer lock: it must not write to this
-    /// index other than through the batch (that panics), and should not
-    /// block.
+    /// index other than through the batch (that panics), should not block,
+    /// and should read through the batch rather than pin a guard (a
+    /// thread's outermost pin may run deferred destructors of removed
+    /// values, which would then run under the lock).
     ///
     /// ```
     /// use latchtree::AddrIndex;
@@ -436,15 +500,12 @@ impl<T: Send + Sync + 'static> AddrIndex<T> {
     /// assert_eq!(index.lookup(0x5800).map(|h| h.id()), Some(new));
     /// ```
     pub fn write<R>(&self, f: impl FnOnce(&mut IndexBatch<'_, T>) -> R) -> R {
-        // Declared first, so it runs last: after the guard is dropped (a
-        // pinned guard would hold the epoch back) and the lock released.
-        let flush = FlushAfter {
+        // Dropped after the lock is released, on every path.
+        let mut gone = Gone {
             index: self,
-            armed: Cell::new(false),
+            first: None,
+            rest: Vec::new(),
         };
-        // Pinned before the lock: crossbeam runs deferred destructors on a
-        // thread's outermost pin, so none runs under the lock.
-        let guard = self.pin();
         let end = Cell::new(Ending::Rollback);
         self.tree.write(
             |txn, w| {
@@ -469,18 +530,13 @@ impl<T: Send + Sync + 'static> AddrIndex<T> {
                 // Out of both copies (after a commit: the taken-out records;
                 // after a rollback: the records made). `release` runs after
                 // the last flip, once per released node: the first call
-                // retires them all.
-                let gone = match end.get() {
+                // takes them all.
+                let records = match end.get() {
                     Ending::Commit(_) => &mut w.retired,
                     Ending::Rollback => &mut w.created,
                 };
-                for rec in gone.drain(..) {
-                    flush.armed.set(true);
-                    // SAFETY: `rec` is in no copy of the tree or the table
-                    // now, readers pinned from now on cannot reach it, and
-                    // each record is taken out of a version once; `guard`
-                    // pins the default collector.
-                    unsafe { record::retire(&self.reclaim, &guard, rec) };
+                for rec in records.drain(..) {
+                    gone.push(rec);
                 }
             },
         )

@@ -204,10 +204,11 @@ struct Writer<T> {
 /// through a guard, as an [`Arc`](std::sync::Arc): `remove` and `set_value`
 /// hand the caller a clone of it. The index lets go of its own reference
 /// once no guard pinned before the removal can still see it: **when no
-/// other thread holds a guard, that happens before `remove` (or
-/// `set_value`, or the `write` that removed it) returns**; otherwise at the
-/// first [`flush`](AddrIndex::flush) (or later write) after those guards are
-/// dropped, or at the latest when crossbeam-epoch's collector next runs.
+/// guard is held on any thread (the caller's included), that happens before
+/// `remove` (or `set_value`, or the `write` that removed it) returns**;
+/// otherwise at the first [`flush`](AddrIndex::flush) (or later removing
+/// write) after those guards are dropped, or at the latest when
+/// crossbeam-epoch's collector next runs on its own.
 /// The value itself is dropped when the last `Arc` goes: the index's, the
 /// caller's [`Removed`], or a clone the caller kept. A value is never dropped
 /// under the writer lock (values of rejected writes are handed back in an
@@ -358,7 +359,8 @@ impl<T> fmt::Debug for AddrIndex<T> {
 
 impl<T> Drop for AddrIndex<T> {
     /// Drops every registered value (each exactly once), then resumes the
-    /// first panic a value's `Drop` raised, if any.
+    /// first panic a value's `Drop` raised, if any (unless the thread is
+    /// already unwinding: a second panic would abort).
     fn drop(&mut self) {
         let mut records = Vec::new();
         self.tables[0].records(|r| records.push(r));
@@ -376,7 +378,7 @@ impl<T> Drop for AddrIndex<T> {
                 panic.get_or_insert(p);
             }
         }
-        if let Some(p) = panic {
+        if let Some(p) = panic.filter(|_| !std::thread::panicking()) {
             std::panic::resume_unwind(p);
         }
     }

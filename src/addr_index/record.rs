@@ -24,7 +24,7 @@
 //! memory. Readers bound every probe by the array's own length, which is
 //! immutable, so a torn `(array, len)` pair cannot take them out of bounds.
 
-use super::types::Segment;
+use super::types::Segments;
 use crate::reclaim::Reclaimer;
 use crate::sync::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use core::ptr::{self, NonNull};
@@ -35,7 +35,7 @@ pub(crate) struct Record<T> {
     pub(crate) id: u64,
     pub(crate) value: Arc<T>,
     /// Sorted by start, non-overlapping, non-empty.
-    pub(crate) segments: Box<[Segment]>,
+    pub(crate) segments: Segments,
     pub(crate) base: u64,
     pub(crate) tag: u64,
 }
@@ -45,7 +45,7 @@ impl<T> Record<T> {
     pub(crate) fn boxed(
         id: u64,
         value: Arc<T>,
-        segments: Box<[Segment]>,
+        segments: Segments,
         base: u64,
         tag: u64,
     ) -> NonNull<Record<T>> {
@@ -63,15 +63,24 @@ impl<T> Record<T> {
 /// bounds [`flush`]'s loop, so it is a plain std atomic even under loom.
 static PENDING: core::sync::atomic::AtomicUsize = core::sync::atomic::AtomicUsize::new(0);
 
-/// A retired record: its drop counts down [`PENDING`].
+/// A retired record: its drop counts down [`PENDING`] once the record (and
+/// perhaps its value) is dropped, even if that drop panics.
 #[repr(transparent)]
-struct Retired<T>(Record<T>);
+struct Retired<T>(core::mem::ManuallyDrop<Record<T>>);
 
 impl<T> Drop for Retired<T> {
     fn drop(&mut self) {
-        // Release: pairs with the Acquire load in `flush`, so a flusher that
-        // sees the count drop sees the value's drop too.
-        PENDING.fetch_sub(1, core::sync::atomic::Ordering::Release);
+        struct CountDown;
+        impl Drop for CountDown {
+            fn drop(&mut self) {
+                // Release: pairs with the Acquire load in `flush`, so a
+                // flusher that sees the count drop sees the value's drop.
+                PENDING.fetch_sub(1, core::sync::atomic::Ordering::Release);
+            }
+        }
+        let _count_down = CountDown;
+        // SAFETY: the record is dropped here, once, and never used again.
+        unsafe { core::mem::ManuallyDrop::drop(&mut self.0) };
     }
 }
 
@@ -90,7 +99,8 @@ pub(crate) unsafe fn retire<T>(
     // Relaxed: a count; the destructor's decrement is ordered after it by
     // the epoch's own synchronization.
     PENDING.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
-    // `Retired<T>` is a transparent wrapper: same layout as the box's.
+    // `Retired<T>` is a transparent wrapper (of a transparent wrapper): the
+    // same layout as the box's `Record<T>`.
     // SAFETY: caller; the pointer came from a `Box<Record<T>>`.
     unsafe { reclaim.retire(guard, record.cast::<Retired<T>>()) };
 }
@@ -98,7 +108,9 @@ pub(crate) unsafe fn retire<T>(
 /// Most pin-and-flush rounds [`flush`] runs: two suffice when no other
 /// thread holds a guard (a retired bag is freed two epochs after it was
 /// sealed), the rest work through other threads' garbage queued before it.
-const FLUSH_ROUNDS: usize = 8;
+/// While a guard held elsewhere keeps records pending, every flush spends
+/// them all: a small bound keeps that cheap.
+const FLUSH_ROUNDS: usize = 4;
 
 /// Runs the epoch's collector until every retired record was dropped, or
 /// for [`FLUSH_ROUNDS`] rounds (a guard held elsewhere stops the epoch).
@@ -296,11 +308,11 @@ impl<T> Table<T> {
         if len > COMPACT_MIN && live * 2 < len {
             let slots = self.slots();
             let mut to = 0;
-            for from in 0..len {
-                let r = slots[from].record.load(Ordering::Relaxed);
+            for (from, s) in slots[..len].iter().enumerate() {
+                let r = s.record.load(Ordering::Relaxed);
                 if !r.is_null() {
                     if to != from {
-                        self.set_slot(to, slots[from].id.load(Ordering::Relaxed), r);
+                        self.set_slot(to, s.id.load(Ordering::Relaxed), r);
                     }
                     to += 1;
                 }
@@ -319,9 +331,7 @@ impl<T> Table<T> {
             if hi > self.slots().len() {
                 self.grow(hi);
             }
-            let from = src.slots();
-            for i in lo..hi {
-                let s = &from[i];
+            for (i, s) in src.slots().iter().enumerate().take(hi).skip(lo) {
                 self.set_slot(
                     i,
                     s.id.load(Ordering::Relaxed),

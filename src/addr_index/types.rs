@@ -109,6 +109,25 @@ impl From<Range<u64>> for Segment {
     }
 }
 
+/// A module's segments, sorted by start; the common single segment is kept
+/// inline (no allocation).
+#[derive(Clone, Debug)]
+pub(crate) enum Segments {
+    One(Segment),
+    Many(Box<[Segment]>),
+}
+
+impl core::ops::Deref for Segments {
+    type Target = [Segment];
+
+    fn deref(&self) -> &[Segment] {
+        match self {
+            Segments::One(s) => core::slice::from_ref(s),
+            Segments::Many(s) => s,
+        }
+    }
+}
+
 /// The result of the async-signal-safe
 /// [`AddrIndex::lookup`](crate::AddrIndex::lookup): plain values, no borrow.
 ///
@@ -222,6 +241,19 @@ impl RawHit {
 /// assert_eq!((hit.offset(0x1ff), hit.module_offset(0x1ff), hit.base()), (0xff, 0xff, 0x100));
 /// assert_eq!((hit.tag(), hit.flags()), (0, 0));
 /// assert_eq!(Some(hit.raw()), index.lookup(0x1ff));
+/// ```
+///
+/// A hit (and the value it borrows) cannot outlive its guard: once the guard
+/// is gone, a removed value may be freed.
+///
+/// ```compile_fail
+/// let index = latchtree::AddrIndex::new();
+/// index.insert(0..10, String::from("m")).unwrap();
+/// let hit = {
+///     let guard = index.pin();
+///     index.module_address(5, &guard).unwrap()
+/// };
+/// assert_eq!(hit.value(), "m");
 /// ```
 #[derive(Debug)]
 pub struct Hit<'g, T> {
@@ -402,7 +434,7 @@ impl<'g, T> ModuleRef<'g, T> {
 pub struct Removed<T> {
     pub(crate) id: ModuleId,
     pub(crate) value: Arc<T>,
-    pub(crate) segments: Box<[Segment]>,
+    pub(crate) segments: Segments,
     pub(crate) base: u64,
     pub(crate) tag: u64,
 }

@@ -31,3 +31,42 @@ impl Rng {
         &items[self.below(items.len() as u64) as usize]
     }
 }
+
+#[cfg(latchtree_loom)]
+/// Runs `f` under loom (`LOOM_MAX_PREEMPTIONS` from the environment, 2 if
+/// unset). `f` returns how many reads retried in that execution.
+///
+/// loom's partial-order reduction only remembers the *last* access to each
+/// atomic, so a writer's own load before its store hides an earlier reader
+/// load of the same word (loom issues #166 and #392). A writer thread
+/// spawned next to a reader in the model's main thread then gets explored in
+/// one order only. Every model here therefore runs its writes on the main
+/// thread and its reads on spawned threads (reader loads always find the
+/// writer's stores), and this runner fails the model unless loom explored
+/// more than one execution and at least one in which a reader retried: a
+/// model that never raced proves nothing.
+pub(crate) fn loom_model(f: impl Fn() -> u64 + Sync + Send + 'static) {
+    use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+    let mut b = loom::model::Builder::new();
+    if b.preemption_bound.is_none() {
+        b.preemption_bound = Some(2);
+    }
+    let counts = std::sync::Arc::new([AtomicUsize::new(0), AtomicUsize::new(0)]);
+    let c = counts.clone();
+    let started = std::time::Instant::now();
+    b.check(move || {
+        c[0].fetch_add(1, Relaxed);
+        if f() > 0 {
+            c[1].fetch_add(1, Relaxed);
+        }
+    });
+    let (runs, retried) = (counts[0].load(Relaxed), counts[1].load(Relaxed));
+    eprintln!(
+        "loom: {runs} executions ({retried} with a retried read) in {:.1?}",
+        started.elapsed()
+    );
+    assert!(
+        runs > 1 && retried > 0,
+        "loom explored no racing interleaving ({runs} executions, {retried} with a retry)"
+    );
+}
