@@ -15,79 +15,14 @@
 
 #![cfg(latchtree_loom)]
 
+mod common;
+
+use common::{LoomKey as Key, loom_model as model};
 use latchtree::LatchTree;
-use loom::cell::UnsafeCell;
-use loom::model::Builder;
 use loom::sync::Arc;
 use loom::thread;
-use std::cmp::Ordering;
-
-/// A `u32` key whose every read goes through loom's causality checker.
-struct Key(UnsafeCell<u32>);
-
-// SAFETY: the cell is written only by `UnsafeCell::new`; afterwards it is
-// only read, and loom checks every read against that write.
-unsafe impl Sync for Key {}
-
-impl Key {
-    fn new(v: u32) -> Self {
-        Key(UnsafeCell::new(v))
-    }
-
-    fn get(&self) -> u32 {
-        // SAFETY: never written after creation (see the `Sync` impl).
-        self.0.with(|p| unsafe { *p })
-    }
-}
-
-impl PartialEq for Key {
-    fn eq(&self, other: &Self) -> bool {
-        self.get() == other.get()
-    }
-}
-impl Eq for Key {}
-impl PartialOrd for Key {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-impl Ord for Key {
-    fn cmp(&self, other: &Self) -> Ordering {
-        self.get().cmp(&other.get())
-    }
-}
 
 type Tree = LatchTree<Key, u32>;
-
-/// Runs `f` under loom (`LOOM_MAX_PREEMPTIONS` from the environment, 2 if
-/// unset); `f` returns the retried reads of one execution. Fails unless
-/// some execution made a reader retry (a model that never raced proves
-/// nothing).
-fn model(f: impl Fn() -> u64 + Sync + Send + 'static) {
-    use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
-    let mut b = Builder::new();
-    if b.preemption_bound.is_none() {
-        b.preemption_bound = Some(2);
-    }
-    let counts = std::sync::Arc::new([AtomicUsize::new(0), AtomicUsize::new(0)]);
-    let c = counts.clone();
-    let started = std::time::Instant::now();
-    b.check(move || {
-        c[0].fetch_add(1, Relaxed);
-        if f() > 0 {
-            c[1].fetch_add(1, Relaxed);
-        }
-    });
-    let (runs, retried) = (counts[0].load(Relaxed), counts[1].load(Relaxed));
-    eprintln!(
-        "loom: {runs} executions ({retried} with a retried read) in {:.1?}",
-        started.elapsed()
-    );
-    assert!(
-        runs > 1 && retried > 0,
-        "loom explored no racing interleaving ({runs} executions, {retried} with a retry)"
-    );
-}
 
 fn tree_of(keys: &[u32]) -> Arc<Tree> {
     let tree = Tree::new();
