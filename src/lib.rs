@@ -95,6 +95,8 @@
 mod addr_index;
 pub mod guide;
 mod latch_tree;
+#[cfg(all(feature = "objects", target_os = "linux", target_pointer_width = "64"))]
+mod objects;
 mod raw;
 mod reclaim;
 mod stats;
@@ -106,6 +108,11 @@ pub use addr_index::{
 };
 pub use crossbeam_epoch::{Collector, Guard, LocalHandle, pin};
 pub use latch_tree::{Batch, Iter, Keys, LatchTree, Range, UnsortedInput, Values};
+#[cfg(all(feature = "objects", target_os = "linux", target_pointer_width = "64"))]
+pub use objects::{
+    BuildId, LoadCounters, LoadSegment, LoadedObjects, NoteError, ObjectHit, ObjectInfo,
+    ObjectKind, ObjectRef, Problem, ProblemKind, Refresh,
+};
 pub use reclaim::swallowed_drop_panics;
 pub use stats::Stats;
 

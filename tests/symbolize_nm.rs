@@ -2,7 +2,7 @@
 //! `/proc/self/maps`.
 //!
 //! Functions of this test binary (and `malloc` in libc) are resolved through
-//! an [`AddrIndex`] of the process's loaded objects and the symbol tables the
+//! a [`LoadedObjects`] index of the process's loaded objects and the symbol tables the
 //! example reads with the `object` crate (`examples/symbolize/objects.rs`,
 //! included below). Each must land in the object that `/proc/self/maps` says
 //! is mapped there, at a symbol whose name and start address (`address -
@@ -11,13 +11,13 @@
 //!
 //! Also: the index follows `dlopen`/`dlclose`, and the legacy demangler.
 
-#![cfg(all(target_os = "linux", target_pointer_width = "64"))]
+#![cfg(all(feature = "objects", target_os = "linux", target_pointer_width = "64"))]
 
 #[path = "../examples/symbolize/objects.rs"]
 mod objects;
 
-use latchtree::AddrIndex;
-use objects::{Module, Resolved, Symbolizer, demangle, load_counters};
+use latchtree::{LoadedObjects, ProblemKind};
+use objects::{Module, Resolved, Symbolizer, demangle};
 use std::collections::HashMap;
 use std::ffi::CStr;
 use std::hint::black_box;
@@ -215,17 +215,21 @@ fn resolve_in(symbolizer: &Symbolizer<'_>, addr: u64) -> Resolved {
 
 #[test]
 fn own_functions_resolve_to_the_symbols_nm_reports() {
-    let index = AddrIndex::new();
+    let index = LoadedObjects::new();
     let mut symbolizer = Symbolizer::new(&index);
     let refresh = symbolizer.refresh();
     assert!(refresh.rescanned);
     assert!(
-        refresh.rejected.is_empty(),
+        !(refresh.problems.iter()).any(|p| matches!(p.kind(), ProblemKind::Rejected(_))),
         "objects rejected: {:?}",
-        refresh.rejected
+        refresh.problems
     );
-    assert!(refresh.added.iter().all(|(_, m)| !m.segments.is_empty()));
-    index.check_invariants().unwrap();
+    assert!(
+        refresh
+            .added
+            .iter()
+            .all(|(_, m)| !m.info.segments().is_empty())
+    );
 
     let exe = std::env::current_exe().unwrap();
     let main_module: Arc<Module> = resolve_in(&symbolizer, probes()[0].2).module;
@@ -258,7 +262,7 @@ fn own_functions_resolve_to_the_symbols_nm_reports() {
             "module name {}",
             resolved.module.name
         );
-        assert!(resolved.module.segments.iter().any(|s| s.contains(&addr)));
+        assert!(resolved.module.segments().any(|s| s.contains(&addr)));
         // The right symbol, at its first byte.
         let (symbol, delta) = resolved
             .symbol()
@@ -320,7 +324,7 @@ fn own_functions_resolve_to_the_symbols_nm_reports() {
 
 #[test]
 fn libc_malloc_resolves_to_libc() {
-    let index = AddrIndex::new();
+    let index = LoadedObjects::new();
     let mut symbolizer = Symbolizer::new(&index);
     symbolizer.refresh();
     let addr = (libc::malloc as *const ()).addr() as u64;
@@ -376,10 +380,10 @@ fn open_fresh_library() -> Option<(*mut libc::c_void, &'static CStr, &'static CS
 
 #[test]
 fn refresh_follows_dlopen_and_dlclose() {
-    let index = AddrIndex::new();
+    let index = LoadedObjects::new();
     let mut symbolizer = Symbolizer::new(&index);
     let first = symbolizer.refresh();
-    let modules_before = index.module_count();
+    let modules_before = index.loaded_count();
     assert_eq!(modules_before, first.added.len());
     let Some((handle, library, function)) = open_fresh_library() else {
         eprintln!(
@@ -389,7 +393,7 @@ fn refresh_follows_dlopen_and_dlclose() {
     };
     let library = library.to_str().unwrap();
 
-    let counters = load_counters();
+    let counters = LoadedObjects::load_counters();
     if let (Some(before), Some(after)) = (first.counters, counters) {
         assert!(
             after.adds > before.adds,
@@ -414,7 +418,6 @@ fn refresh_follows_dlopen_and_dlclose() {
         });
     let id = *id;
     assert!(opened.removed.is_empty());
-    index.check_invariants().unwrap();
 
     // SAFETY: live handle, valid C string.
     let address = unsafe { libc::dlsym(handle, function.as_ptr()) }.addr() as u64;
@@ -445,8 +448,7 @@ fn refresh_follows_dlopen_and_dlclose() {
         "{library} still indexed after dlclose"
     );
     assert!(symbolizer.resolve(address).is_none());
-    assert_eq!(index.module_count(), modules_before);
-    index.check_invariants().unwrap();
+    assert_eq!(index.loaded_count(), modules_before);
 
     // A sample recorded before the unload still names the library.
     let late = symbolizer
@@ -457,6 +459,10 @@ fn refresh_follows_dlopen_and_dlclose() {
         late.symbol().map(|(s, _)| &*s.name),
         Some(function.to_str().unwrap())
     );
+
+    // Forgotten: the sample no longer resolves.
+    assert_eq!(symbolizer.forget_unloaded(), 1);
+    assert!(symbolizer.resolve_sample(id.get(), address).is_none());
 
     if counters.is_some() {
         let unchanged = symbolizer.refresh();

@@ -1,4 +1,4 @@
-//! `symbolize`: a symbolizer built on [`latchtree::AddrIndex`].
+//! `symbolize`: a symbolizer built on [`latchtree::LoadedObjects`].
 //!
 //! It indexes the ELF objects loaded in its own process (`dl_iterate_phdr`,
 //! one module per object, one range per `PT_LOAD` segment, the symbols read
@@ -8,7 +8,8 @@
 //!    any hex addresses given on the command line to
 //!    `module id, module, offset (address - bias), symbol+offset`;
 //! 2. profiles itself for a moment with `SIGPROF`, calling the
-//!    async-signal-safe [`AddrIndex::lookup`] inside the signal handler;
+//!    async-signal-safe [`LoadedObjects::lookup`](latchtree::LoadedObjects::lookup)
+//!    inside the signal handler;
 //! 3. shows the index staying live: `dlopen`s a system library, notices the
 //!    change through the loader's `dlpi_adds`/`dlpi_subs` counters, refreshes,
 //!    resolves a function in it, `dlclose`s it, refreshes again and shows the
@@ -23,6 +24,9 @@
 //! Linux (glibc or musl), 64-bit targets only.
 
 #[cfg(all(target_os = "linux", target_pointer_width = "64"))]
+#[path = "../shared/dl_error.rs"]
+mod dl_error;
+#[cfg(all(target_os = "linux", target_pointer_width = "64"))]
 mod objects;
 #[cfg(all(
     target_os = "linux",
@@ -30,6 +34,13 @@ mod objects;
     any(target_arch = "x86_64", target_arch = "aarch64")
 ))]
 mod profile;
+#[cfg(all(
+    target_os = "linux",
+    target_pointer_width = "64",
+    any(target_arch = "x86_64", target_arch = "aarch64")
+))]
+#[path = "../shared/sigprof.rs"]
+mod sigprof;
 #[cfg(all(target_os = "linux", target_pointer_width = "64"))]
 mod stack;
 
@@ -39,7 +50,7 @@ use linux::run;
 /// The index of loaded objects. A `static`, so that a signal handler can
 /// reach it (`profile.rs`).
 #[cfg(all(target_os = "linux", target_pointer_width = "64"))]
-static MODULES: latchtree::AddrIndex<std::sync::Arc<objects::Module>> = latchtree::AddrIndex::new();
+static OBJECTS: latchtree::LoadedObjects = latchtree::LoadedObjects::new();
 
 #[cfg(not(all(target_os = "linux", target_pointer_width = "64")))]
 fn main() {
@@ -70,10 +81,11 @@ fn main() -> std::process::ExitCode {
 
 #[cfg(all(target_os = "linux", target_pointer_width = "64"))]
 mod linux {
-    use crate::MODULES;
-    use crate::objects::{Symbolizer, load_counters};
+    use crate::OBJECTS;
+    use crate::dl_error::dl_error;
+    use crate::objects::Symbolizer;
     use crate::stack;
-    use latchtree::AddrIndex;
+    use latchtree::{LoadCounters, LoadedObjects};
     use std::collections::HashMap;
     use std::ffi::CStr;
     use std::hint::black_box;
@@ -82,7 +94,7 @@ mod linux {
     /// Everything after argument parsing.
     pub(crate) fn run(args: &[u64]) {
         let started = Instant::now();
-        let mut symbolizer = Symbolizer::new(&MODULES);
+        let mut symbolizer = Symbolizer::new(&OBJECTS);
         let first = symbolizer.refresh();
         let built = started.elapsed();
 
@@ -93,9 +105,13 @@ mod linux {
             println!(
                 "  {:<4} bias {:#014x}  {} range{}  {:>5} symbols  {}{}",
                 id.to_string(),
-                module.bias,
-                module.segments.len(),
-                if module.segments.len() == 1 { " " } else { "s" },
+                module.bias(),
+                module.segments().len(),
+                if module.segments().len() == 1 {
+                    " "
+                } else {
+                    "s"
+                },
                 module.symbols.len(),
                 module.name,
                 if module.symbol_source == module.name {
@@ -105,17 +121,13 @@ mod linux {
                 },
             );
         }
-        for (name, error) in &first.rejected {
-            println!("  rejected {name}: {error}");
+        for problem in &first.problems {
+            println!("  note: {problem}");
         }
-        let bounds = MODULES.bounds().map_or_else(
-            || "empty".to_owned(),
-            |b| format!("{:#x}..{:#x}", b.start, b.end),
-        );
         println!(
-            "  index: {} modules, {} ranges, bounds {bounds}; loader counters {}; built in {:.1} ms (symbol tables included)",
-            MODULES.module_count(),
-            MODULES.range_count(),
+            "  index: {} objects, {} ranges; loader counters {}; built in {:.1} ms (symbol tables included)",
+            OBJECTS.loaded_count(),
+            range_count(&first.added),
             counters_text(first.counters),
             built.as_secs_f64() * 1e3,
         );
@@ -136,12 +148,12 @@ mod linux {
                 code_address(Symbolizer::refresh as *const ()),
             ),
             (
-                "AddrIndex::<_>::lookup",
-                code_address(AddrIndex::<()>::lookup as *const ()),
+                "LoadedObjects::lookup",
+                code_address(LoadedObjects::lookup as *const ()),
             ),
             ("libc::malloc", code_address(libc::malloc as *const ())),
             ("libc::getpid", code_address(libc::getpid as *const ())),
-            ("static MODULES", std::ptr::addr_of!(MODULES).addr() as u64),
+            ("static OBJECTS", std::ptr::addr_of!(OBJECTS).addr() as u64),
         ];
         for (what, addr) in known {
             print!("  {what:<24}");
@@ -170,7 +182,14 @@ mod linux {
         println!("\n== {title}");
     }
 
-    fn counters_text(counters: Option<crate::objects::LoadCounters>) -> String {
+    /// How many segments (index ranges) these modules have.
+    fn range_count(
+        modules: &[(latchtree::ModuleId, std::sync::Arc<crate::objects::Module>)],
+    ) -> usize {
+        modules.iter().map(|(_, m)| m.segments().len()).sum()
+    }
+
+    fn counters_text(counters: Option<LoadCounters>) -> String {
         counters.map_or_else(
             || "unknown".to_owned(),
             |c| format!("adds={} subs={}", c.adds, c.subs),
@@ -188,7 +207,7 @@ mod linux {
     #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
     fn profile(symbolizer: &Symbolizer<'_>) {
         heading(
-            "Sampling profiler (SIGPROF every 1 ms of CPU; AddrIndex::lookup runs inside the handler)",
+            "Sampling profiler (SIGPROF every 1 ms of CPU; LoadedObjects::lookup runs inside the handler)",
         );
         let (samples, taken) = match crate::profile::sample(100, Duration::from_millis(500)) {
             Ok(result) => result,
@@ -235,21 +254,6 @@ mod linux {
         );
     }
 
-    /// The last `dlerror()` message.
-    fn dl_error() -> String {
-        // SAFETY: dlerror returns null or a NUL-terminated string valid until
-        // the next dl* call on this thread; we copy it out at once.
-        let message = unsafe { libc::dlerror() };
-        if message.is_null() {
-            "unknown error".to_owned()
-        } else {
-            // SAFETY: non-null: a valid C string, as above.
-            unsafe { CStr::from_ptr(message) }
-                .to_string_lossy()
-                .into_owned()
-        }
-    }
-
     /// `dlopen`s a library that is not loaded yet, watches the index follow,
     /// and `dlclose`s it.
     fn live(symbolizer: &mut Symbolizer<'_>) {
@@ -271,7 +275,7 @@ mod linux {
                 unsafe { libc::dlclose(already) };
                 continue;
             }
-            let before = load_counters();
+            let before = LoadedObjects::load_counters();
             // SAFETY: valid C string. Loading runs the library's initializers;
             // libz and libm have none that matter to this process.
             let handle =
@@ -280,7 +284,7 @@ mod linux {
                 println!("  dlopen({lib}) failed: {}", dl_error());
                 continue;
             }
-            let after = load_counters();
+            let after = LoadedObjects::load_counters();
             println!(
                 "  dlopen(\"{lib}\"): loader counters {} -> {}",
                 counters_text(before),
@@ -291,7 +295,7 @@ mod linux {
                 println!(
                     "  refresh: + {id} {} ({} ranges, {} symbols)",
                     module.name,
-                    module.segments.len(),
+                    module.segments().len(),
                     module.symbols.len()
                 );
             }
@@ -309,13 +313,13 @@ mod linux {
                 print_lookup(symbolizer, address);
             }
             // What a signal handler would record: plain numbers.
-            let recorded = MODULES.lookup(address).map(|hit| (hit.id().get(), address));
+            let recorded = OBJECTS.lookup(address).map(|hit| (hit.id().get(), address));
 
             // SAFETY: `handle` came from dlopen above and is closed once; no
             // pointer into the library is dereferenced after this (we keep
             // only its address as a number).
             let closed = unsafe { libc::dlclose(handle) };
-            let after_close = load_counters();
+            let after_close = LoadedObjects::load_counters();
             println!(
                 "  dlclose -> {closed}: loader counters {}",
                 counters_text(after_close)
@@ -324,7 +328,7 @@ mod linux {
             for (id, module) in &refresh.removed {
                 println!("  refresh: - {id} {}", module.name);
             }
-            match MODULES.lookup(address) {
+            match OBJECTS.lookup(address) {
                 None => println!(
                     "  lookup({address:#x}) now misses: the library is gone from the index"
                 ),
@@ -340,6 +344,11 @@ mod linux {
                     ),
                     None => println!("  sample (#{id}, {addr:#x}) no longer resolves"),
                 }
+                let forgotten = symbolizer.forget_unloaded();
+                println!(
+                    "  forget_unloaded: {forgotten} object(s) forgotten; the sample now resolves to {:?}",
+                    symbolizer.resolve_sample(id, addr).map(|r| r.id)
+                );
             }
             let again = symbolizer.refresh();
             println!(
@@ -355,7 +364,7 @@ mod linux {
         println!("  no candidate library could be loaded and unloaded here");
     }
 
-    /// Time for `AddrIndex::lookup` over the stack's addresses.
+    /// Time for `LoadedObjects::lookup` over the stack's addresses.
     fn lookup_cost(addrs: &[u64]) {
         heading("Lookup cost");
         if addrs.is_empty() {
@@ -366,17 +375,16 @@ mod linux {
         let mut hits = 0_usize;
         for _ in 0..rounds {
             for &addr in addrs {
-                hits += usize::from(MODULES.lookup(black_box(addr)).is_some());
+                hits += usize::from(OBJECTS.lookup(black_box(addr)).is_some());
             }
         }
         let elapsed = started.elapsed();
         let n = rounds * addrs.len();
         println!(
-            "  {n} lookups over {} modules / {} ranges: {:.1} ns each ({hits} hits); read retries so far: {}",
-            MODULES.module_count(),
-            MODULES.range_count(),
+            "  {n} lookups over {} objects: {:.1} ns each ({hits} hits); read retries so far: {}",
+            OBJECTS.loaded_count(),
             elapsed.as_nanos() as f64 / n as f64,
-            MODULES.stats().read_retries,
+            OBJECTS.stats().read_retries,
         );
     }
 }

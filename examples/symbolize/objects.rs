@@ -1,190 +1,23 @@
-//! The loaded ELF objects of this process and their symbol tables, kept in a
-//! [`latchtree::AddrIndex`] that follows `dlopen` and `dlclose`.
+//! The symbol tables of this process's loaded ELF objects, on top of
+//! [`latchtree::LoadedObjects`], which tracks the objects themselves (live
+//! across `dlopen`/`dlclose`, unloaded ones kept until forgotten).
 //!
 //! Shared by `examples/symbolize` and `tests/symbolize_nm.rs` (which includes
 //! this file with `#[path]`), so it holds nothing that only one of them needs.
 //!
-//! # What goes into the index
-//!
-//! One module per object that `dl_iterate_phdr` reports, with one range per
-//! non-empty `PT_LOAD` segment: `[bias + p_vaddr, bias + p_vaddr + p_memsz)`,
-//! **exactly** as the program header says, not rounded out to pages. Rounding
-//! would claim padding bytes in which no symbol lives, and two segments of one
-//! object may share a page when the runtime page size is larger than the
-//! linker's `max-page-size` (4 KiB-aligned objects on 16/64 KiB-page kernels),
-//! so rounded ranges could overlap, which the index rightly rejects. Segments
-//! of one object that overlap anyway (a malformed object) are merged.
-//!
-//! The module value is an [`Arc<Module>`]: name, load bias, segments and the
-//! symbol table read with the `object` crate from the file on disk
-//! (`/proc/self/exe` for the main program; the vDSO from memory). A file that
-//! cannot be read or parsed gives a module with no symbols, never a panic.
-//!
-//! Symbol addresses in an ELF file are link-time addresses; the loader adds
-//! the object's *bias* (`dlpi_addr`). So `address - bias` is both the
-//! "offset within the module" and the key for the symbol table's binary
-//! search, and it is what `nm` prints for the same file.
+//! Per object the symbolizer reads the symbol table with the `object` crate
+//! from the object's file (the vDSO from memory). A file that cannot be read
+//! or parsed gives a module with no symbols, never a panic. Symbol addresses
+//! in an ELF file are link-time addresses: `address - bias`, which is what
+//! [`latchtree::ObjectHit::link_address`] gives and what `nm` prints.
 
-use latchtree::{AddrIndex, AddrIndexError, ModuleId};
+use latchtree::{LoadedObjects, ModuleId, ObjectInfo, ObjectKind, Problem};
 use object::{Object, ObjectSymbol, SymbolKind};
-use std::collections::{HashMap, HashSet};
-use std::ffi::{CStr, c_int, c_void};
+use std::collections::HashMap;
 use std::fmt;
 use std::ops::Range;
 use std::sync::Arc;
-use std::{mem, ptr, slice};
-
-/// The dynamic loader's global counters of objects loaded and unloaded so far
-/// (`dlpi_adds`, `dlpi_subs`). If neither moved, the set of objects did not
-/// change, and a refresh can skip the full scan.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct LoadCounters {
-    /// Objects loaded since the process started.
-    pub(crate) adds: u64,
-    /// Objects unloaded since the process started.
-    pub(crate) subs: u64,
-}
-
-/// One object as `dl_iterate_phdr` reports it.
-#[derive(Debug)]
-struct LoadedObject {
-    /// `dlpi_name`: empty for the main program.
-    loader_name: String,
-    /// `dlpi_addr`: what the loader added to every link-time address.
-    bias: u64,
-    /// The non-empty `PT_LOAD` segments, at run-time addresses.
-    segments: Vec<Range<u64>>,
-    /// Run-time address and file size of the `PT_LOAD` that maps file offset
-    /// 0, i.e. where the ELF image itself is in memory (used for the vDSO).
-    image: Option<(u64, u64)>,
-}
-
-/// What one `dl_iterate_phdr` pass collects.
-#[derive(Debug, Default)]
-struct Scan {
-    objects: Vec<LoadedObject>,
-    counters: Option<LoadCounters>,
-    /// Only read the counters (from the first object) and stop.
-    counters_only: bool,
-}
-
-/// Reads `dlpi_adds`/`dlpi_subs` if the loader's `dl_phdr_info` has them.
-///
-/// # Safety
-/// `info` must be the pointer `dl_iterate_phdr` passed to its callback, and
-/// `size` the size it passed with it, during that callback.
-unsafe fn counters_of(info: *const libc::dl_phdr_info, size: usize) -> Option<LoadCounters> {
-    let needed =
-        mem::offset_of!(libc::dl_phdr_info, dlpi_subs) + mem::size_of::<libc::c_ulonglong>();
-    if size < needed {
-        return None;
-    }
-    // SAFETY: `size` says the loader's struct extends past `dlpi_subs`, and
-    // the caller guarantees `info` points at it for the callback's duration.
-    // Raw place reads: no reference to the (possibly shorter) whole struct.
-    let (adds, subs) = unsafe { ((*info).dlpi_adds, (*info).dlpi_subs) };
-    Some(LoadCounters { adds, subs })
-}
-
-/// The `dl_iterate_phdr` callback: copies out what it needs and returns. It
-/// runs with the loader's lock held, so it reads no files (that happens
-/// after the scan) and cannot panic except on allocation failure.
-///
-/// # Safety
-/// Only to be called by `dl_iterate_phdr`, with `data` the `*mut Scan` that
-/// [`scan`] passed to it.
-unsafe extern "C" fn scan_one(
-    info: *mut libc::dl_phdr_info,
-    size: usize,
-    data: *mut c_void,
-) -> c_int {
-    // SAFETY: `data` is the `&mut Scan` that `scan` passed to
-    // dl_iterate_phdr, which calls back synchronously on the same thread
-    // while `scan` is blocked in it; nothing else uses the `Scan` meanwhile.
-    let scan = unsafe { &mut *data.cast::<Scan>() };
-    if scan.counters.is_none() {
-        // SAFETY: `info` and `size` come straight from dl_iterate_phdr.
-        scan.counters = unsafe { counters_of(info, size) };
-    }
-    if scan.counters_only {
-        return 1; // non-zero stops the iteration
-    }
-    // SAFETY: `info` is valid for the callback; these four fields are the
-    // first of `dl_phdr_info` and present in every version of it (`size`
-    // covers at least them). Raw place reads, no reference to the struct.
-    let (bias, name, phdr, phnum) = unsafe {
-        (
-            (*info).dlpi_addr,
-            (*info).dlpi_name,
-            (*info).dlpi_phdr,
-            (*info).dlpi_phnum,
-        )
-    };
-    let loader_name = if name.is_null() {
-        String::new()
-    } else {
-        // SAFETY: `dlpi_name` is a NUL-terminated string owned by the loader
-        // that lives as long as the object stays loaded, which it does while
-        // the loader lock is held for this callback. We copy it out.
-        unsafe { CStr::from_ptr(name) }
-            .to_string_lossy()
-            .into_owned()
-    };
-    let headers: &[libc::Elf64_Phdr] = if phdr.is_null() || phnum == 0 {
-        &[]
-    } else {
-        // SAFETY: `dlpi_phdr` points at the object's `dlpi_phnum` program
-        // headers, mapped with the object and unchanged while it is loaded
-        // (so for this callback); the slice does not outlive the callback.
-        unsafe { slice::from_raw_parts(phdr, usize::from(phnum)) }
-    };
-    let mut segments = Vec::new();
-    let mut image = None;
-    for h in headers
-        .iter()
-        .filter(|h| h.p_type == libc::PT_LOAD && h.p_memsz > 0)
-    {
-        let Some(start) = bias.checked_add(h.p_vaddr) else {
-            continue;
-        };
-        let Some(end) = start.checked_add(h.p_memsz) else {
-            continue;
-        };
-        segments.push(start..end);
-        if h.p_offset == 0 {
-            image = Some((start, h.p_filesz));
-        }
-    }
-    if !segments.is_empty() {
-        scan.objects.push(LoadedObject {
-            loader_name,
-            bias,
-            segments,
-            image,
-        });
-    }
-    0
-}
-
-/// One pass of `dl_iterate_phdr`.
-fn scan(counters_only: bool) -> Scan {
-    let mut scan = Scan {
-        counters_only,
-        ..Scan::default()
-    };
-    // `scan_one` matches the callback type dl_iterate_phdr expects and never
-    // unwinds across the FFI boundary (no panicking code).
-    // SAFETY: it treats `data` as the `*mut Scan` passed here, exclusively
-    // borrowed and alive until dl_iterate_phdr returns.
-    unsafe { libc::dl_iterate_phdr(Some(scan_one), ptr::from_mut(&mut scan).cast()) };
-    scan
-}
-
-/// The loader's counters right now, from one short `dl_iterate_phdr` pass;
-/// `None` if this loader does not report them.
-pub(crate) fn load_counters() -> Option<LoadCounters> {
-    scan(true).counters
-}
+use std::{ptr, slice};
 
 /// One defined function or data symbol.
 #[derive(Debug)]
@@ -262,15 +95,13 @@ impl SymbolTable {
     }
 }
 
-/// A loaded object, the value the index holds for each module.
+/// A loaded (or unloaded) object and its symbols.
 #[derive(Debug)]
 pub(crate) struct Module {
-    /// The program's path for the main executable, else the loader's name.
+    /// What [`LoadedObjects`] knows of it.
+    pub(crate) info: Arc<ObjectInfo>,
+    /// The object's path, for display.
     pub(crate) name: String,
-    /// What the loader added to every link-time address of this object.
-    pub(crate) bias: u64,
-    /// The `PT_LOAD` segments registered in the index.
-    pub(crate) segments: Vec<Range<u64>>,
     /// The object's symbols (empty if its file could not be read).
     pub(crate) symbols: SymbolTable,
     /// Where the symbols came from, or why there are none.
@@ -279,36 +110,34 @@ pub(crate) struct Module {
 
 impl Module {
     /// Reads the object's symbols; never fails (see `symbol_source`).
-    fn load(object: LoadedObject) -> Module {
-        let vdso = vdso_base();
-        let is_vdso = vdso.is_some() && object.image.map(|(at, _)| at) == vdso;
-        let (name, symbols, symbol_source) = if is_vdso {
-            let name = if object.loader_name.is_empty() {
-                "[vdso]".to_owned()
-            } else {
-                object.loader_name.clone()
-            };
-            let (symbols, source) = match object.image {
-                Some((at, len)) => vdso_symbols(at, len),
-                None => (SymbolTable::default(), "no image".to_owned()),
-            };
-            (name, symbols, source)
-        } else if object.loader_name.is_empty() {
-            let name = std::env::current_exe()
-                .map_or_else(|_| "[main program]".to_owned(), |p| p.display().to_string());
-            let (symbols, source) = file_symbols("/proc/self/exe");
-            (name, symbols, source)
-        } else {
-            let (symbols, source) = file_symbols(&object.loader_name);
-            (object.loader_name.clone(), symbols, source)
+    fn load(info: Arc<ObjectInfo>) -> Module {
+        let name = info.path().display().to_string();
+        let (symbols, symbol_source) = match info.kind() {
+            ObjectKind::Vdso => {
+                // The ELF image is the PT_LOAD that maps file offset 0.
+                match info.segments().iter().find(|s| s.file_offset == 0) {
+                    Some(s) => vdso_symbols(s.range.start, s.file_size),
+                    None => (SymbolTable::default(), "no image".to_owned()),
+                }
+            }
+            _ => file_symbols(&name),
         };
         Module {
+            info,
             name,
-            bias: object.bias,
-            segments: merge_overlaps(object.segments),
             symbols,
             symbol_source,
         }
+    }
+
+    /// What the loader added to every link-time address of this object.
+    pub(crate) fn bias(&self) -> u64 {
+        self.info.bias()
+    }
+
+    /// The `PT_LOAD` segments in the index.
+    pub(crate) fn segments(&self) -> impl ExactSizeIterator<Item = Range<u64>> + '_ {
+        self.info.segments().iter().map(|s| s.range.clone())
     }
 
     /// The last path component of the name.
@@ -326,14 +155,6 @@ fn file_symbols(path: &str) -> (SymbolTable, String) {
         Ok(table) => (table, path.to_owned()),
         Err(e) => (SymbolTable::default(), format!("no symbols ({path}: {e})")),
     }
-}
-
-/// Where the kernel mapped the vDSO's ELF image (`AT_SYSINFO_EHDR`).
-fn vdso_base() -> Option<u64> {
-    // SAFETY: getauxval only reads the auxiliary vector; it returns 0 for an
-    // absent entry.
-    let base = unsafe { libc::getauxval(libc::AT_SYSINFO_EHDR) };
-    (base != 0).then_some(base)
 }
 
 /// The vDSO has no file: parse its image where the kernel mapped it.
@@ -362,8 +183,8 @@ fn vdso_symbols(at: u64, file_size: u64) -> (SymbolTable, String) {
             "no symbols (vDSO address unusable)".to_owned(),
         );
     };
-    // `at` is the vDSO's `AT_SYSINFO_EHDR` (checked by the caller),
-    // page-aligned (checked above), where the kernel maps the `PT_LOAD`
+    // `at` is where the vDSO's first `PT_LOAD` starts: its ELF header,
+    // `AT_SYSINFO_EHDR` (that is how `LoadedObjects` recognized it), page-aligned (checked above), where the kernel maps the `PT_LOAD`
     // segment at file offset 0 readable for the life of the process and never
     // writes it; mappings are whole pages, so the `len` bytes (its file size
     // rounded up to a page) are mapped. The address comes from the auxiliary
@@ -380,33 +201,19 @@ fn vdso_symbols(at: u64, file_size: u64) -> (SymbolTable, String) {
     }
 }
 
-/// Merges overlapping segments (a malformed object; the index would reject
-/// them as self-overlapping). Adjacent ones stay separate ranges.
-fn merge_overlaps(mut segments: Vec<Range<u64>>) -> Vec<Range<u64>> {
-    segments.sort_unstable_by_key(|r| r.start);
-    let mut merged: Vec<Range<u64>> = Vec::with_capacity(segments.len());
-    for r in segments {
-        match merged.last_mut() {
-            Some(last) if r.start < last.end => last.end = last.end.max(r.end),
-            _ => merged.push(r),
-        }
-    }
-    merged
-}
-
 /// What one [`Symbolizer::refresh`] did.
 #[derive(Debug, Default)]
 pub(crate) struct Refresh {
-    /// The loader's counters seen by this refresh.
-    pub(crate) counters: Option<LoadCounters>,
-    /// False if the counters had not moved, so no scan was needed.
+    /// False if the loader's counters had not moved, so no scan was needed.
     pub(crate) rescanned: bool,
+    /// The loader's counters seen by this refresh.
+    pub(crate) counters: Option<latchtree::LoadCounters>,
     /// Objects new since the last refresh, now in the index.
     pub(crate) added: Vec<(ModuleId, Arc<Module>)>,
     /// Objects gone since the last refresh, now out of the index.
     pub(crate) removed: Vec<(ModuleId, Arc<Module>)>,
-    /// Objects the index refused (overlapping ranges), by name.
-    pub(crate) rejected: Vec<(String, AddrIndexError)>,
+    /// What was odd about the objects (the index refusing one included).
+    pub(crate) problems: Vec<Problem>,
 }
 
 /// An address resolved to module, offset and symbol.
@@ -416,14 +223,14 @@ pub(crate) struct Resolved {
     pub(crate) addr: u64,
     /// The module that contains it.
     pub(crate) id: ModuleId,
-    /// The module's value.
+    /// The module and its symbols.
     pub(crate) module: Arc<Module>,
 }
 
 impl Resolved {
     /// `addr - bias`: the link-time address, as `nm` and `objdump` print it.
     pub(crate) fn offset(&self) -> u64 {
-        self.addr.wrapping_sub(self.module.bias)
+        self.addr.wrapping_sub(self.module.bias())
     }
 
     /// The symbol containing the address and the offset into it.
@@ -443,122 +250,87 @@ impl fmt::Display for Resolved {
     }
 }
 
-/// Keeps an [`AddrIndex`] in step with the process's loaded objects, and
-/// resolves addresses through it. Keeps the values of removed modules, so
-/// that samples recorded as `(id, address)` before an unload still resolve
-/// (a long-running profiler would drop them once no pending sample names
-/// them).
+/// Symbol tables for the objects of a [`LoadedObjects`], kept in step with
+/// it by [`refresh`](Symbolizer::refresh). Tables of unloaded objects stay
+/// as long as the objects do in `LoadedObjects` (until forgotten), so that
+/// samples recorded as `(id, address)` before an unload still resolve.
 #[derive(Debug)]
-pub(crate) struct Symbolizer<'i> {
-    index: &'i AddrIndex<Arc<Module>>,
-    /// Modules in the index, by `(dlpi_name, bias)`.
-    live: HashMap<(String, u64), ModuleId>,
-    /// Every module ever inserted, live or removed, by id number (samples
-    /// store ids as plain `u64`s).
-    known: HashMap<u64, (ModuleId, Arc<Module>)>,
-    /// The counters at the last full scan.
-    seen: Option<LoadCounters>,
+pub(crate) struct Symbolizer<'o> {
+    objects: &'o LoadedObjects,
+    /// The symbol tables, by object id.
+    modules: HashMap<ModuleId, Arc<Module>>,
 }
 
-impl<'i> Symbolizer<'i> {
-    /// A symbolizer over `index`, which should be empty (it is filled by
-    /// [`refresh`](Symbolizer::refresh) and owned by this symbolizer).
-    pub(crate) fn new(index: &'i AddrIndex<Arc<Module>>) -> Self {
+impl<'o> Symbolizer<'o> {
+    /// A symbolizer over `objects` (refreshed by [`refresh`](Symbolizer::refresh)
+    /// only).
+    pub(crate) fn new(objects: &'o LoadedObjects) -> Self {
         Symbolizer {
-            index,
-            live: HashMap::new(),
-            known: HashMap::new(),
-            seen: None,
+            objects,
+            modules: HashMap::new(),
         }
     }
 
-    /// Brings the index up to date: if the loader's counters moved (or are
-    /// unknown), rescans, removes the objects that vanished and inserts the
-    /// new ones, diffing by `(dlpi_name, bias)`. Removals go first, so an
-    /// object loaded where another was unloaded fits.
+    /// Refreshes the objects (see [`LoadedObjects::refresh`]) and reads the
+    /// symbols of the new ones.
     pub(crate) fn refresh(&mut self) -> Refresh {
-        let now = load_counters();
-        if now.is_some() && now == self.seen {
-            return Refresh {
-                counters: now,
-                ..Refresh::default()
-            };
-        }
-        let scan = scan(false);
-        let mut report = Refresh {
-            counters: scan.counters,
-            rescanned: true,
-            ..Refresh::default()
-        };
-        let key = |o: &LoadedObject| (o.loader_name.clone(), o.bias);
-        let present: HashSet<(String, u64)> = scan.objects.iter().map(key).collect();
-
-        let gone: Vec<(String, u64)> = self
-            .live
-            .keys()
-            .filter(|k| !present.contains(*k))
-            .cloned()
+        let refresh = self.objects.refresh();
+        let added = (refresh.added.iter())
+            .map(|object| {
+                let module = Arc::new(Module::load(Arc::clone(object.info())));
+                self.modules.insert(object.id(), Arc::clone(&module));
+                (object.id(), module)
+            })
             .collect();
-        for key in gone {
-            let Some(id) = self.live.remove(&key) else {
-                continue;
-            };
-            if self.index.remove(id).is_some()
-                && let Some((_, module)) = self.known.get(&id.get())
-            {
-                report.removed.push((id, Arc::clone(module)));
-            }
+        let removed = (refresh.removed.iter())
+            .filter_map(|object| Some((object.id(), Arc::clone(self.modules.get(&object.id())?))))
+            .collect();
+        Refresh {
+            rescanned: refresh.rescanned,
+            counters: refresh.counters,
+            added,
+            removed,
+            problems: refresh.problems,
         }
-
-        // In the loader's order (main program first), so ids are too.
-        for object in scan.objects {
-            let key = key(&object);
-            if self.live.contains_key(&key) {
-                continue;
-            }
-            let module = Arc::new(Module::load(object));
-            match self
-                .index
-                .insert_module(module.segments.clone(), Arc::clone(&module))
-            {
-                Ok(id) => {
-                    self.live.insert(key, id);
-                    self.known.insert(id.get(), (id, Arc::clone(&module)));
-                    report.added.push((id, module));
-                }
-                Err(e) => report.rejected.push((module.name.clone(), e.into())),
-            }
-        }
-        self.seen = scan.counters;
-        report
     }
 
-    /// Resolves an address through the index (pins an epoch: not for signal
-    /// handlers; they use [`AddrIndex::lookup`] and resolve later with
+    /// Resolves an address of a loaded object (not for signal handlers:
+    /// they use [`LoadedObjects::lookup`] and resolve later with
     /// [`resolve_sample`](Symbolizer::resolve_sample)).
     pub(crate) fn resolve(&self, addr: u64) -> Option<Resolved> {
-        let guard = latchtree::pin();
-        let hit = self.index.module_address(addr, &guard)?;
+        let hit = self.objects.lookup(addr)?;
         Some(Resolved {
             addr,
             id: hit.id(),
-            module: Arc::clone(hit.value()),
+            module: Arc::clone(self.modules.get(&hit.id())?),
         })
+    }
+
+    /// Forgets the unloaded objects (in the [`LoadedObjects`] too) and
+    /// their symbols, once no pending sample names them; returns how many.
+    pub(crate) fn forget_unloaded(&mut self) -> usize {
+        let forgotten = self.objects.forget_unloaded();
+        let objects = self.objects;
+        self.modules.retain(|&id, _| objects.object(id).is_some());
+        forgotten
     }
 
     /// Resolves a sample recorded as `(id, address)`, the id as its number
     /// ([`ModuleId::get`]), for instance by a signal handler through
-    /// [`AddrIndex::lookup`]; also after the module was unloaded: ids are
-    /// never reused, so the id still names the module the address was in
-    /// when the sample was taken, even if another object is mapped there now.
+    /// [`LoadedObjects::lookup`]; also after the object was unloaded: ids
+    /// are never reused, so the id still names the object the address was
+    /// in when the sample was taken, even if another is mapped there now.
     pub(crate) fn resolve_sample(&self, id: u64, addr: u64) -> Option<Resolved> {
-        let (id, module) = self.known.get(&id)?;
-        // The address must be where the module was: ids are exact, but a
+        let id = ModuleId::from_raw(id);
+        // Known to the objects (loaded, or unloaded and not forgotten)?
+        self.objects.object(id)?;
+        let module = self.modules.get(&id)?;
+        // The address must be where the object was: ids are exact, but a
         // sample with a wrong id should not resolve to nonsense.
-        module.segments.iter().find(|r| r.contains(&addr))?;
+        module.info.segment_of(addr)?;
         Some(Resolved {
             addr,
-            id: *id,
+            id,
             module: Arc::clone(module),
         })
     }

@@ -1,6 +1,6 @@
 //! A tiny sampling profiler: `SIGPROF` every millisecond of CPU time, and a
 //! handler that reads the interrupted program counter and calls
-//! [`AddrIndex::lookup`](latchtree::AddrIndex::lookup) on the live index,
+//! [`LoadedObjects::lookup`](latchtree::LoadedObjects::lookup) on the live index,
 //! inside the signal handler.
 //!
 //! The handler does only async-signal-safe things: one `lookup` (no lock, no
@@ -11,10 +11,11 @@
 //! The example is single-threaded, so every `SIGPROF` lands on the sampling
 //! thread and has run by the time the timer is disarmed.
 
+use crate::sigprof::{interrupted_pc, set_sigprof, set_timer};
 use std::hint::black_box;
+use std::io;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
-use std::{io, mem, ptr};
 
 /// Samples the buffer holds; later ones are counted but dropped.
 const CAPACITY: usize = 512;
@@ -36,31 +37,6 @@ pub(crate) struct Sample {
     pub(crate) module: Option<u64>,
 }
 
-/// The interrupted program counter, from the signal's `ucontext_t`.
-///
-/// # Safety
-/// `context` must be the third argument of an `SA_SIGINFO` handler.
-#[cfg(target_arch = "x86_64")]
-unsafe fn interrupted_pc(context: *mut libc::c_void) -> u64 {
-    let uc = context.cast::<libc::ucontext_t>();
-    // SAFETY: the kernel passes a valid `ucontext_t` to SA_SIGINFO handlers
-    // (caller's contract); a raw place read of one saved register.
-    let rip = unsafe { (*uc).uc_mcontext.gregs[libc::REG_RIP as usize] };
-    rip as u64
-}
-
-/// The interrupted program counter, from the signal's `ucontext_t`.
-///
-/// # Safety
-/// `context` must be the third argument of an `SA_SIGINFO` handler.
-#[cfg(target_arch = "aarch64")]
-unsafe fn interrupted_pc(context: *mut libc::c_void) -> u64 {
-    let uc = context.cast::<libc::ucontext_t>();
-    // SAFETY: the kernel passes a valid `ucontext_t` to SA_SIGINFO handlers
-    // (caller's contract); a raw place read of one saved register.
-    unsafe { (*uc).uc_mcontext.pc }
-}
-
 /// The `SIGPROF` handler: async-signal-safe throughout.
 extern "C" fn on_sigprof(
     _signal: libc::c_int,
@@ -70,45 +46,11 @@ extern "C" fn on_sigprof(
     // SAFETY: installed with SA_SIGINFO, so `context` is the kernel's
     // `ucontext_t` of the interrupted code.
     let pc = unsafe { interrupted_pc(context) };
-    let id = crate::MODULES.lookup(pc).map_or(0, |hit| hit.id().get());
+    let id = crate::OBJECTS.lookup(pc).map_or(0, |hit| hit.id().get());
     let n = TAKEN.fetch_add(1, Ordering::Relaxed);
     if n < CAPACITY {
         PCS[n].store(pc, Ordering::Relaxed);
         IDS[n].store(id, Ordering::Relaxed);
-    }
-}
-
-/// Installs `action` for `SIGPROF`.
-fn set_sigprof(action: libc::sighandler_t, flags: libc::c_int) -> io::Result<()> {
-    // SAFETY: an all-zero `sigaction` is a valid value (empty mask, no flags).
-    let mut sa: libc::sigaction = unsafe { mem::zeroed() };
-    sa.sa_sigaction = action;
-    sa.sa_flags = flags;
-    // SAFETY: `sa` is a fully initialized `sigaction`; `action` is SIG_IGN or
-    // `on_sigprof`, whose signature matches SA_SIGINFO and which is
-    // async-signal-safe. We pass no pointer for the old action.
-    if unsafe { libc::sigaction(libc::SIGPROF, &sa, ptr::null_mut()) } == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
-}
-
-/// Arms (`period` non-zero) or disarms the CPU-time profiling timer.
-fn set_timer(period: Duration) -> io::Result<()> {
-    let tv = libc::timeval {
-        tv_sec: period.as_secs() as libc::time_t,
-        tv_usec: libc::suseconds_t::from(period.subsec_micros()),
-    };
-    let timer = libc::itimerval {
-        it_interval: tv,
-        it_value: tv,
-    };
-    // SAFETY: `timer` is a valid `itimerval`; no old value is requested.
-    if unsafe { libc::setitimer(libc::ITIMER_PROF, &timer, ptr::null_mut()) } == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
     }
 }
 
@@ -130,10 +72,10 @@ fn busy_work(rounds: u64) -> u64 {
 /// samples (at most `CAPACITY`) and how many were taken in all.
 pub(crate) fn sample(wanted: usize, deadline: Duration) -> io::Result<(Vec<Sample>, usize)> {
     TAKEN.store(0, Ordering::Relaxed);
-    set_sigprof(
-        (on_sigprof as *const ()).addr(),
-        libc::SA_SIGINFO | libc::SA_RESTART,
-    )?;
+    let handler = (on_sigprof as *const ()).addr();
+    // SAFETY: `on_sigprof` has the SA_SIGINFO signature and is
+    // async-signal-safe.
+    unsafe { set_sigprof(handler, libc::SA_SIGINFO | libc::SA_RESTART) }?;
     set_timer(Duration::from_millis(1))?;
     let start = Instant::now();
     let mut sink = 0;
@@ -144,7 +86,8 @@ pub(crate) fn sample(wanted: usize, deadline: Duration) -> io::Result<(Vec<Sampl
     set_timer(Duration::ZERO)?;
     // Not SIG_DFL: a SIGPROF still pending would kill the process. SIG_IGN
     // discards it.
-    set_sigprof(libc::SIG_IGN, 0)?;
+    // SAFETY: SIG_IGN runs no code.
+    unsafe { set_sigprof(libc::SIG_IGN, 0) }?;
     let taken = TAKEN.load(Ordering::Relaxed);
     let samples = (0..taken.min(CAPACITY))
         .map(|i| {

@@ -1,0 +1,606 @@
+//! [`LoadedObjects`]: a live index of this process's loaded ELF objects
+//! (feature `objects`; Linux, 64-bit).
+//!
+//! Layers, each in its own file:
+//! - [`scan`]: one `dl_iterate_phdr` pass (the only FFI), and the pure
+//!   [`scan::parse_object`] that turns one object's program headers into
+//!   segments, a build id and problems;
+//! - [`note`]: the build-id note parser;
+//! - [`info`]: [`ObjectInfo`], what is kept per object, and its path;
+//! - [`diff`]: what changed between the index and a scan;
+//! - [`problem`]: what a refresh reports as odd;
+//! - this file: the index itself, an [`AddrIndex`] with one module per
+//!   object, and the refresh that applies a scan's diff as one batch.
+
+mod diff;
+mod info;
+mod note;
+mod problem;
+mod scan;
+#[cfg(test)]
+mod tests;
+
+pub use info::{LoadSegment, ObjectInfo, ObjectKind};
+pub use note::{BuildId, NoteError};
+pub use problem::{Problem, ProblemKind};
+pub use scan::LoadCounters;
+
+use crate::sync::{Mutex, const_fn_unless_loom, lock};
+use crate::{AddrIndex, InsertError, ModuleId, ModuleMeta, RawHit, Removed, Segment};
+use core::fmt;
+use core::ops::Range;
+use diff::{Diff, diff};
+use info::PF_X;
+use scan::{Scan, Scanned};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// The process's loaded ELF objects — the main program, the vDSO, the
+/// dynamic loader, every shared library, also those `dlopen`ed later — in an
+/// [`AddrIndex`]: one module per object, one range per `PT_LOAD` segment
+/// (exact bounds, its `p_flags` as the range's flags), the load bias as the
+/// module's base.
+///
+/// * [`refresh`](LoadedObjects::refresh) (any normal thread) rescans with
+///   `dl_iterate_phdr` and applies the difference as **one batch**: readers
+///   see the old set of objects or the new one, never a mix. When the
+///   loader's counters (glibc's `dlpi_adds`/`dlpi_subs`) have not moved
+///   since the last scan, it costs one `dl_iterate_phdr` callback and does
+///   nothing else; on loaders without them (musl) it compares the sets.
+/// * [`lookup`](LoadedObjects::lookup) is **async-signal-safe** (no lock,
+///   no epoch pin, no thread-local, no allocation): the object's id, the
+///   segment, the link-time address (`pc - bias`, what `nm`, `addr2line`
+///   and symbolizers take) and the segment's permissions.
+/// * [`object`](LoadedObjects::object) (normal threads) gives an object's
+///   path, bias, segments and GNU build id, and whether it is still loaded.
+///   An unloaded object stays resolvable by id until it is
+///   [forgotten](LoadedObjects::forget_unloaded), so a sample taken before a
+///   `dlclose` still names its library.
+///
+/// Ids are never reused. Odd objects (no `PT_LOAD`, empty or overlapping
+/// segments, a malformed build-id note, a file that is gone…) never stop a
+/// refresh: they are reported in [`Refresh::problems`] and go in as far as
+/// they can.
+///
+/// ```
+/// use latchtree::LoadedObjects;
+///
+/// static OBJECTS: LoadedObjects = LoadedObjects::new();
+///
+/// let refresh = OBJECTS.refresh();
+/// assert!(refresh.rescanned && !refresh.added.is_empty());
+///
+/// // In a signal handler: plain values, nothing that can deadlock.
+/// let pc = main as *const () as u64;
+/// let hit = OBJECTS.lookup(pc).unwrap();
+/// assert!(hit.is_executable());
+/// let sample = (hit.id().get(), hit.link_address()); // what a profiler records
+///
+/// // Later, on a normal thread: which file, which build id.
+/// let object = OBJECTS.object(latchtree::ModuleId::from_raw(sample.0)).unwrap();
+/// assert_eq!(object.info().path(), std::env::current_exe().unwrap());
+/// assert_eq!(sample.1, pc - object.info().bias());
+/// assert!(object.is_loaded());
+///
+/// // Nothing loaded or unloaded since: no rescan.
+/// assert!(!OBJECTS.refresh().rescanned || LoadedObjects::load_counters().is_none());
+/// ```
+///
+/// # Locks
+///
+/// A refresh holds this index's own lock and, inside it, the loader's (for
+/// the `dl_iterate_phdr` pass). Do not call [`refresh`](Self::refresh) from
+/// a shared library's constructor or destructor (they run under the
+/// loader's lock, the other order) while another thread may refresh too.
+pub struct LoadedObjects {
+    index: AddrIndex<Arc<ObjectInfo>>,
+    state: Mutex<State>,
+}
+
+/// What a refresh needs beyond the index; guarded by `LoadedObjects::state`,
+/// which also serializes refreshes.
+#[derive(Debug)]
+struct State {
+    /// Whether a full scan has run.
+    scanned: bool,
+    /// The loader's counters at the last full scan.
+    counters: Option<LoadCounters>,
+    /// Objects removed from the index, until forgotten: what the index
+    /// handed back, nothing else.
+    unloaded: BTreeMap<ModuleId, Removed<Arc<ObjectInfo>>>,
+    /// Objects with nothing to index (no `PT_LOAD`), kept while they stay
+    /// loaded so that they are reported once.
+    left_out: Vec<Arc<ObjectInfo>>,
+    /// Objects the index refused (their segments overlap another object's),
+    /// tried again, quietly, on every rescan: the object in their way may be
+    /// gone.
+    rejected: Vec<Arc<ObjectInfo>>,
+}
+
+/// A known object, as the diff sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Known {
+    Indexed(ModuleId),
+    LeftOut(usize),
+}
+
+/// What one [`LoadedObjects::refresh`] did.
+///
+/// ```
+/// let objects = latchtree::LoadedObjects::new();
+/// let first = objects.refresh();
+/// assert_eq!(first.added.len(), objects.loaded_count());
+/// assert!(first.removed.is_empty());
+/// for problem in &first.problems {
+///     println!("{problem}"); // e.g. "/usr/lib/libfoo.so (bias 0x…): no GNU build id"
+/// }
+/// ```
+#[derive(Clone, Debug, Default)]
+#[non_exhaustive]
+pub struct Refresh {
+    /// Whether it scanned the loaded objects. False when the loader's
+    /// counters showed that nothing was loaded or unloaded since the last
+    /// scan (then nothing else changed either).
+    pub rescanned: bool,
+    /// The loader's counters, if it keeps them (glibc does, musl does not).
+    pub counters: Option<LoadCounters>,
+    /// Objects new since the last refresh, now in the index (loader order,
+    /// so also id order).
+    pub added: Vec<ObjectRef>,
+    /// Objects gone since the last refresh, out of the index but resolvable
+    /// by id until forgotten.
+    pub removed: Vec<ObjectRef>,
+    /// How many indexed objects are still there.
+    pub unchanged: usize,
+    /// What was odd about the objects it added (or left out).
+    pub problems: Vec<Problem>,
+}
+
+/// An object known to a [`LoadedObjects`], loaded or unloaded, on a normal
+/// thread: its id, its [`ObjectInfo`], and whether it was still loaded at
+/// the time of the call.
+///
+/// ```
+/// let objects = latchtree::LoadedObjects::new();
+/// objects.refresh();
+/// let id = objects.lookup(main as *const () as u64).unwrap().id();
+/// let main_program = objects.object(id).unwrap();
+/// assert_eq!(main_program.id(), id);
+/// assert!(main_program.is_loaded());
+/// assert_eq!(main_program.info().kind(), latchtree::ObjectKind::MainProgram);
+/// ```
+#[derive(Clone, Debug)]
+pub struct ObjectRef {
+    id: ModuleId,
+    info: Arc<ObjectInfo>,
+    loaded: bool,
+}
+
+impl ObjectRef {
+    /// The object's id in the index (never reused). See the example on
+    /// [`ObjectRef`].
+    pub fn id(&self) -> ModuleId {
+        self.id
+    }
+
+    /// What is known of the object (see the example on [`ObjectRef`]).
+    pub fn info(&self) -> &Arc<ObjectInfo> {
+        &self.info
+    }
+
+    /// Whether it was still loaded (in the index) when this was made (see
+    /// the example on [`ObjectRef`]).
+    pub fn is_loaded(&self) -> bool {
+        self.loaded
+    }
+}
+
+/// The result of the async-signal-safe [`LoadedObjects::lookup`]: plain
+/// values.
+///
+/// ```
+/// let objects = latchtree::LoadedObjects::new();
+/// objects.refresh();
+/// let pc = main as *const () as u64;
+/// let hit = objects.lookup(pc).unwrap();
+/// assert!(hit.segment().contains(&pc));
+/// assert_eq!(hit.link_address(), pc - hit.bias());
+/// assert!(hit.is_executable() && hit.flags() & 4 != 0); // PF_X, PF_R
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ObjectHit {
+    raw: RawHit,
+    pc: u64,
+}
+
+impl ObjectHit {
+    /// The object's id: store `id().get()` in a sample, turn it back with
+    /// [`ModuleId::from_raw`] and resolve it with [`LoadedObjects::object`]
+    /// (see the example on [`LoadedObjects`]).
+    pub fn id(&self) -> ModuleId {
+        self.raw.id()
+    }
+
+    /// The `PT_LOAD` segment that contains the address (run-time bounds;
+    /// see the example on [`ObjectHit`]).
+    pub fn segment(&self) -> Range<u64> {
+        self.raw.range()
+    }
+
+    /// `pc - bias`: the address in the object's file, as `nm`, `addr2line`
+    /// and symbolizers take it (see the example on [`ObjectHit`]).
+    pub fn link_address(&self) -> u64 {
+        self.raw.module_offset(self.pc)
+    }
+
+    /// The object's load bias (see the example on [`ObjectHit`]).
+    pub fn bias(&self) -> u64 {
+        self.raw.base()
+    }
+
+    /// The segment's `p_flags`: `PF_X` (1), `PF_W` (2), `PF_R` (4) (see the
+    /// example on [`ObjectHit`]).
+    pub fn flags(&self) -> u32 {
+        self.raw.flags()
+    }
+
+    /// Whether the segment is executable (`PF_X`): a pc in a data segment
+    /// is no code address (see the example on [`ObjectHit`]).
+    pub fn is_executable(&self) -> bool {
+        self.flags() & PF_X != 0
+    }
+}
+
+impl fmt::Debug for LoadedObjects {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LoadedObjects")
+            .field("index", &self.index)
+            .field("state", &self.state)
+            .finish()
+    }
+}
+
+impl Default for LoadedObjects {
+    fn default() -> Self {
+        LoadedObjects::new()
+    }
+}
+
+impl LoadedObjects {
+    const_fn_unless_loom! {
+        /// An empty index (nothing is scanned before the first
+        /// [`refresh`](LoadedObjects::refresh)); `const`, for a `static`.
+        ///
+        /// ```
+        /// static OBJECTS: latchtree::LoadedObjects = latchtree::LoadedObjects::new();
+        /// assert_eq!(OBJECTS.loaded_count(), 0);
+        /// ```
+        pub fn new() -> LoadedObjects {
+            LoadedObjects {
+                index: AddrIndex::new(),
+                state: Mutex::new(State {
+                    scanned: false,
+                    counters: None,
+                    unloaded: BTreeMap::new(),
+                    left_out: Vec::new(),
+                    rejected: Vec::new(),
+                }),
+            }
+        }
+    }
+
+    /// The object containing `pc`, among the objects loaded at the last
+    /// refresh. **Async-signal-safe**: no lock, no epoch pin, no
+    /// thread-local, no allocation, no free; never waits for a concurrent
+    /// refresh (it sees the objects before or after its batch).
+    ///
+    /// ```
+    /// let objects = latchtree::LoadedObjects::new();
+    /// assert!(objects.lookup(main as *const () as u64).is_none()); // not refreshed yet
+    /// objects.refresh();
+    /// assert!(objects.lookup(main as *const () as u64).is_some());
+    /// assert!(objects.lookup(0).is_none());
+    /// ```
+    #[inline]
+    pub fn lookup(&self, pc: u64) -> Option<ObjectHit> {
+        self.index.lookup(pc).map(|raw| ObjectHit { raw, pc })
+    }
+
+    /// Brings the index up to date with the loaded objects (see
+    /// [`LoadedObjects`]): one `dl_iterate_phdr` pass, then one batch that
+    /// removes the objects gone and inserts the new ones. Objects it removes
+    /// stay resolvable through [`object`](Self::object) until forgotten.
+    ///
+    /// ```
+    /// let objects = latchtree::LoadedObjects::new();
+    /// let first = objects.refresh();
+    /// assert!(first.rescanned);
+    /// let second = objects.refresh();
+    /// assert!(second.added.is_empty() && second.removed.is_empty());
+    /// assert_eq!(second.unchanged, objects.loaded_count());
+    /// ```
+    pub fn refresh(&self) -> Refresh {
+        let mut state = lock(&self.state);
+        if state.scanned {
+            let now = scan::load_counters();
+            if now.is_some() && now == state.counters {
+                return Refresh {
+                    counters: now,
+                    unchanged: self.index.module_count(),
+                    ..Refresh::default()
+                };
+            }
+        }
+        self.apply(&mut state, scan::scan())
+    }
+
+    /// The part of [`refresh`](Self::refresh) after the scan: diff, then
+    /// one batch. `state` is the locked `self.state`.
+    fn apply(&self, state: &mut State, scan: Scan) -> Refresh {
+        let Diff { added, removed, .. } = {
+            let guard = self.index.pin();
+            let indexed = self
+                .index
+                .modules(&guard)
+                .map(|m| (m.value().identity(), Known::Indexed(m.id())));
+            let left_out =
+                (state.left_out.iter().enumerate()).map(|(i, o)| (o.identity(), Known::LeftOut(i)));
+            diff(
+                indexed.chain(left_out),
+                scan.objects.iter().map(Scanned::identity),
+            )
+        };
+        let mut report = Refresh {
+            rescanned: true,
+            counters: scan.counters,
+            ..Refresh::default()
+        };
+
+        // Gone objects that were never indexed: just forget them.
+        let mut gone = Vec::new();
+        for known in removed.iter().rev() {
+            match *known {
+                Known::Indexed(id) => gone.push(id),
+                Known::LeftOut(i) => drop(state.left_out.swap_remove(i)),
+            }
+        }
+        gone.reverse();
+        // Only refreshes write the index, and this one holds `state`.
+        report.unchanged = self.index.module_count() - gone.len();
+
+        // New objects (and rejected ones, again): name them and look at
+        // their files now, outside the index's writer lock. An object
+        // rejected before is tried again as it was, with nothing reported.
+        let mut retry = core::mem::take(&mut state.rejected);
+        let mut objects: Vec<Option<Scanned>> = scan.objects.into_iter().map(Some).collect();
+        let mut new = Vec::new();
+        for i in added {
+            let Some(scanned) = objects.get_mut(i).and_then(Option::take) else {
+                continue;
+            };
+            let again = retry
+                .iter()
+                .position(|o| o.identity() == scanned.identity());
+            let (info, quiet) = match again {
+                Some(j) => (retry.swap_remove(j), true),
+                None => {
+                    let (info, problems) = ObjectInfo::from_scan(scanned);
+                    let info = Arc::new(info);
+                    report
+                        .problems
+                        .extend(problems.into_iter().map(|kind| Problem::of(&info, kind)));
+                    (info, false)
+                }
+            };
+            if info.segments().is_empty() {
+                state.left_out.push(info); // reported as NoLoadSegment
+                continue;
+            }
+            let segments: Vec<Segment> = (info.segments().iter())
+                .map(|s| Segment {
+                    range: s.range.clone(),
+                    flags: s.flags,
+                })
+                .collect();
+            new.push((info, segments, quiet));
+        }
+        // The rejected objects still in `retry` are gone.
+        drop(retry);
+
+        // One batch: removals first, so an object loaded where another was
+        // unloaded fits. What comes back (removed records, rejected values)
+        // is returned out of the closure, to be dropped outside the lock.
+        let infos: Vec<(Arc<ObjectInfo>, bool)> = (new.iter())
+            .map(|(info, _, quiet)| (Arc::clone(info), *quiet))
+            .collect();
+        let (removed, inserted) = self.index.write(|batch| {
+            let removed: Vec<Removed<Arc<ObjectInfo>>> =
+                gone.iter().filter_map(|&id| batch.remove(id)).collect();
+            let inserted: Vec<Result<ModuleId, InsertError<Arc<ObjectInfo>>>> = new
+                .into_iter()
+                .map(|(info, segments, _)| {
+                    let meta = ModuleMeta {
+                        base: Some(info.bias()),
+                        tag: 0,
+                    };
+                    batch.insert_module_with(segments, info, meta)
+                })
+                .collect();
+            (removed, inserted)
+        });
+
+        for ((info, quiet), result) in infos.into_iter().zip(inserted) {
+            match result {
+                Ok(id) => report.added.push(ObjectRef {
+                    id,
+                    info,
+                    loaded: true,
+                }),
+                Err(e) => {
+                    let (error, _) = e.into_parts();
+                    if !quiet {
+                        (report.problems).push(Problem::of(&info, ProblemKind::Rejected(error)));
+                    }
+                    state.rejected.push(info);
+                }
+            }
+        }
+        for r in removed {
+            report.removed.push(ObjectRef {
+                id: r.id(),
+                info: Arc::clone(r.value()),
+                loaded: false,
+            });
+            state.unloaded.insert(r.id(), r);
+        }
+        state.scanned = true;
+        state.counters = report.counters;
+        report
+    }
+
+    /// The object with this id, loaded or unloaded-but-not-forgotten. For
+    /// normal threads (it may pin an epoch and take a lock).
+    ///
+    /// ```
+    /// use latchtree::{LoadedObjects, ModuleId};
+    /// let objects = LoadedObjects::new();
+    /// objects.refresh();
+    /// let hit = objects.lookup(main as *const () as u64).unwrap();
+    /// assert!(objects.object(hit.id()).unwrap().is_loaded());
+    /// assert!(objects.object(ModuleId::from_raw(u64::MAX)).is_none());
+    /// ```
+    pub fn object(&self, id: ModuleId) -> Option<ObjectRef> {
+        {
+            let guard = self.index.pin();
+            if let Some(info) = self.index.get(id, &guard) {
+                return Some(ObjectRef {
+                    id,
+                    info: Arc::clone(info),
+                    loaded: true,
+                });
+            }
+        }
+        // Not indexed: unloaded, or unknown. A refresh that unloads it moves
+        // it from the index to `unloaded` while holding `state`, so taking
+        // `state` after the miss finds it there.
+        let state = lock(&self.state);
+        state.unloaded.get(&id).map(|r| ObjectRef {
+            id,
+            info: Arc::clone(r.value()),
+            loaded: false,
+        })
+    }
+
+    /// Every known object, loaded or unloaded-but-not-forgotten, in id
+    /// order.
+    ///
+    /// ```
+    /// let objects = latchtree::LoadedObjects::new();
+    /// objects.refresh();
+    /// let all = objects.objects();
+    /// assert_eq!(all.len(), objects.loaded_count());
+    /// assert!(all.windows(2).all(|w| w[0].id() < w[1].id()));
+    /// ```
+    pub fn objects(&self) -> Vec<ObjectRef> {
+        let state = lock(&self.state);
+        let guard = self.index.pin();
+        let mut all: Vec<ObjectRef> = (self.index.modules(&guard))
+            .map(|m| ObjectRef {
+                id: m.id(),
+                info: Arc::clone(m.value()),
+                loaded: true,
+            })
+            .chain(state.unloaded.values().map(|r| ObjectRef {
+                id: r.id(),
+                info: Arc::clone(r.value()),
+                loaded: false,
+            }))
+            .collect();
+        all.sort_by_key(ObjectRef::id);
+        all
+    }
+
+    /// Forgets an unloaded object: its id resolves to nothing from now on.
+    /// Returns whether it was an unloaded object not yet forgotten (a
+    /// loaded object is not forgotten: `false`).
+    ///
+    /// ```
+    /// let objects = latchtree::LoadedObjects::new();
+    /// objects.refresh();
+    /// let id = objects.lookup(main as *const () as u64).unwrap().id();
+    /// assert!(!objects.forget(id)); // still loaded
+    /// ```
+    pub fn forget(&self, id: ModuleId) -> bool {
+        let removed = lock(&self.state).unloaded.remove(&id);
+        removed.is_some()
+    }
+
+    /// Forgets every unloaded object (once no sample that names one is left
+    /// to resolve); returns how many.
+    ///
+    /// ```
+    /// let objects = latchtree::LoadedObjects::new();
+    /// objects.refresh();
+    /// assert_eq!(objects.forget_unloaded(), 0);
+    /// ```
+    pub fn forget_unloaded(&self) -> usize {
+        let unloaded = core::mem::take(&mut lock(&self.state).unloaded);
+        unloaded.len()
+    }
+
+    /// How many objects are indexed (loaded at the last refresh).
+    ///
+    /// ```
+    /// let objects = latchtree::LoadedObjects::new();
+    /// objects.refresh();
+    /// assert!(objects.loaded_count() >= 2); // the program and libc, at least
+    /// ```
+    pub fn loaded_count(&self) -> usize {
+        self.index.module_count()
+    }
+
+    /// How many unloaded objects are kept (not forgotten yet).
+    ///
+    /// ```
+    /// assert_eq!(latchtree::LoadedObjects::new().unloaded_count(), 0);
+    /// ```
+    pub fn unloaded_count(&self) -> usize {
+        lock(&self.state).unloaded.len()
+    }
+
+    /// The loader's counters of objects loaded and unloaded so far, now
+    /// (one `dl_iterate_phdr` callback); `None` if the loader does not keep
+    /// them (musl).
+    ///
+    /// ```
+    /// if let Some(c) = latchtree::LoadedObjects::load_counters() {
+    ///     assert!(c.adds >= c.subs);
+    /// }
+    /// ```
+    pub fn load_counters() -> Option<LoadCounters> {
+        scan::load_counters()
+    }
+
+    /// The underlying index's statistics (read retries of
+    /// [`lookup`](Self::lookup), writes).
+    ///
+    /// ```
+    /// let objects = latchtree::LoadedObjects::new();
+    /// objects.refresh();
+    /// let _ = objects.stats().read_retries;
+    /// ```
+    pub fn stats(&self) -> crate::Stats {
+        self.index.stats()
+    }
+}
+
+impl Problem {
+    /// A problem with `info`.
+    fn of(info: &ObjectInfo, kind: ProblemKind) -> Problem {
+        Problem {
+            path: info.path().into(),
+            bias: info.bias(),
+            kind,
+        }
+    }
+}

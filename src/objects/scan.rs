@@ -1,0 +1,413 @@
+//! One pass over the process's loaded objects with `dl_iterate_phdr`.
+//!
+//! The callback runs with the dynamic loader's lock held, so the objects it
+//! is shown cannot be unloaded while it looks at them: that is the only
+//! moment their memory (the build-id notes) may be read. It copies out the
+//! headers it needs, reads the notes, and returns; files are looked at later
+//! ([`super::info`]), outside the loader's lock.
+//!
+//! Everything the callback decides is in [`parse_object`], a pure function
+//! over program headers and a [`NoteMemory`], so that odd input (no
+//! `PT_LOAD`, empty or overlapping segments, broken notes) is tested with
+//! synthetic headers.
+
+use super::info::{LoadSegment, ObjectKind};
+use super::note::{BuildId, NoteError, find_build_id};
+use super::problem::ProblemKind;
+use core::ops::Range;
+use std::ffi::{CStr, c_int, c_void};
+use std::{mem, ptr, slice};
+
+/// `PT_LOAD`.
+pub(crate) const PT_LOAD: u32 = 1;
+/// `PT_NOTE`.
+pub(crate) const PT_NOTE: u32 = 4;
+
+/// The dynamic loader's counters of objects loaded and unloaded since the
+/// process started (glibc's `dlpi_adds` and `dlpi_subs`). While neither
+/// moves, the set of loaded objects has not changed.
+///
+/// ```
+/// use latchtree::LoadCounters;
+/// let c = LoadCounters { adds: 7, subs: 1 };
+/// assert_eq!(c.adds - c.subs, 6); // objects loaded now (glibc)
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct LoadCounters {
+    /// Objects loaded so far (the initial ones included).
+    pub adds: u64,
+    /// Objects unloaded so far.
+    pub subs: u64,
+}
+
+/// A program header, widened to 64 bits.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct ProgramHeader {
+    pub(crate) p_type: u32,
+    pub(crate) p_flags: u32,
+    pub(crate) p_offset: u64,
+    pub(crate) p_vaddr: u64,
+    pub(crate) p_filesz: u64,
+    pub(crate) p_memsz: u64,
+    pub(crate) p_align: u64,
+}
+
+impl From<&libc::Elf64_Phdr> for ProgramHeader {
+    fn from(h: &libc::Elf64_Phdr) -> ProgramHeader {
+        ProgramHeader {
+            p_type: h.p_type,
+            p_flags: h.p_flags,
+            p_offset: h.p_offset,
+            p_vaddr: h.p_vaddr,
+            p_filesz: h.p_filesz,
+            p_memsz: h.p_memsz,
+            p_align: h.p_align,
+        }
+    }
+}
+
+/// Where the process's main program and vDSO are, from the auxiliary
+/// vector, to recognize them among the loader's objects.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Landmarks {
+    /// `AT_PHDR`: the main program's program headers.
+    pub(crate) main_phdr: Option<u64>,
+    /// `AT_SYSINFO_EHDR`: the vDSO's ELF header (its first `PT_LOAD`).
+    pub(crate) vdso: Option<u64>,
+}
+
+impl Landmarks {
+    /// This process's landmarks.
+    pub(crate) fn of_this_process() -> Landmarks {
+        let aux = |kind| {
+            // SAFETY: getauxval only reads the auxiliary vector; it returns
+            // 0 for an entry that is absent.
+            let value = unsafe { libc::getauxval(kind) };
+            (value != 0).then_some(value)
+        };
+        Landmarks {
+            main_phdr: aux(libc::AT_PHDR),
+            vdso: aux(libc::AT_SYSINFO_EHDR),
+        }
+    }
+}
+
+/// Where [`parse_object`] reads note segments from.
+pub(crate) trait NoteMemory {
+    /// The `len` bytes at the run-time address `addr`, or `None` if they
+    /// cannot be had.
+    ///
+    /// # Safety
+    /// `addr..addr + len` must lie inside a readable `PT_LOAD` segment of
+    /// the object whose headers are being parsed, and that object must stay
+    /// loaded while the returned slice lives.
+    unsafe fn read(&self, addr: u64, len: usize) -> Option<&[u8]>;
+}
+
+/// One object as the loader shows it, with what [`parse_object`] made of
+/// its headers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Scanned {
+    /// `dlpi_name`, bytes as they are.
+    pub(crate) loader_name: Box<[u8]>,
+    /// `dlpi_addr`.
+    pub(crate) bias: u64,
+    pub(crate) kind: ObjectKind,
+    /// The non-empty `PT_LOAD` segments, sorted, overlaps merged.
+    pub(crate) segments: Vec<LoadSegment>,
+    pub(crate) build_id: Option<BuildId>,
+    /// What was odd about the headers and notes.
+    pub(crate) problems: Vec<ProblemKind>,
+}
+
+/// Decides what one object is from its loader name, bias, the address of
+/// its program headers and the headers themselves; reads its notes through
+/// `memory`. `first` says it is the first object the loader listed (on
+/// glibc the main program, which is how it is recognized if the auxiliary
+/// vector has no `AT_PHDR`). Never panics on any input.
+///
+/// # Safety
+/// `memory.read` must be sound, for as long as this call runs, for every
+/// range that lies inside one of the readable `PT_LOAD` segments that
+/// `headers` describe at `bias`.
+pub(crate) unsafe fn parse_object(
+    loader_name: &[u8],
+    bias: u64,
+    phdr_addr: u64,
+    headers: &[ProgramHeader],
+    first: bool,
+    landmarks: Landmarks,
+    memory: &impl NoteMemory,
+) -> Scanned {
+    let mut problems = Vec::new();
+    let mut loads: Vec<LoadSegment> = Vec::new();
+    let mut image = None; // run-time address of file offset 0
+    for h in headers.iter().filter(|h| h.p_type == PT_LOAD) {
+        if h.p_memsz == 0 {
+            problems.push(ProblemKind::EmptySegment { vaddr: h.p_vaddr });
+            continue;
+        }
+        let Some(range) = run_time(bias, h.p_vaddr, h.p_memsz) else {
+            problems.push(ProblemKind::SegmentOutOfRange {
+                vaddr: h.p_vaddr,
+                memsz: h.p_memsz,
+            });
+            continue;
+        };
+        if h.p_offset == 0 {
+            image.get_or_insert(range.start);
+        }
+        loads.push(LoadSegment {
+            range,
+            flags: h.p_flags,
+            file_offset: h.p_offset,
+            file_size: h.p_filesz,
+        });
+    }
+    if loads.is_empty() {
+        problems.push(ProblemKind::NoLoadSegment);
+    }
+
+    let kind = match landmarks.main_phdr {
+        Some(main) if main == phdr_addr => ObjectKind::MainProgram,
+        None if first && loader_name.is_empty() => ObjectKind::MainProgram,
+        _ if image.is_some() && image == landmarks.vdso => ObjectKind::Vdso,
+        _ => ObjectKind::Library,
+    };
+
+    let mut build_id: Option<BuildId> = None;
+    for h in headers
+        .iter()
+        .filter(|h| h.p_type == PT_NOTE && h.p_memsz > 0)
+    {
+        let notes = run_time(bias, h.p_vaddr, h.p_memsz)
+            .filter(|r| {
+                loads
+                    .iter()
+                    .any(|s| s.is_readable() && s.range.start <= r.start && r.end <= s.range.end)
+            })
+            .and_then(|r| Some((r.start, usize::try_from(r.end - r.start).ok()?)));
+        let Some((addr, len)) = notes else {
+            problems.push(ProblemKind::MalformedNote(NoteError::OutsideLoadSegments));
+            continue;
+        };
+        // SAFETY: `addr..addr + len` lies inside one of the readable PT_LOAD
+        // segments of `headers` (checked just above), for which our caller
+        // guarantees that `memory.read` is sound during this call.
+        let Some(bytes) = (unsafe { memory.read(addr, len) }) else {
+            problems.push(ProblemKind::MalformedNote(NoteError::OutsideLoadSegments));
+            continue;
+        };
+        let found = find_build_id(bytes, h.p_align);
+        if let Some(error) = found.error {
+            problems.push(ProblemKind::MalformedNote(error));
+        }
+        match (&build_id, found.build_id.and_then(BuildId::from_bytes)) {
+            (None, found) => build_id = found,
+            (Some(first), Some(other)) if *first != other => {
+                problems.push(ProblemKind::MalformedNote(NoteError::ConflictingBuildIds {
+                    offset: 0,
+                }))
+            }
+            _ => {}
+        }
+    }
+    let note_trouble = problems
+        .iter()
+        .any(|p| matches!(p, ProblemKind::MalformedNote(_)));
+    if build_id.is_none() && !note_trouble {
+        problems.push(ProblemKind::NoBuildId);
+    }
+
+    Scanned {
+        loader_name: loader_name.into(),
+        bias,
+        kind,
+        segments: merge_overlaps(loads, &mut problems),
+        build_id,
+        problems,
+    }
+}
+
+/// `bias + vaddr .. bias + vaddr + memsz`, if it fits in 64 bits.
+fn run_time(bias: u64, vaddr: u64, memsz: u64) -> Option<Range<u64>> {
+    let start = bias.checked_add(vaddr)?;
+    Some(start..start.checked_add(memsz)?)
+}
+
+/// Sorts the segments and merges the ones that overlap (reporting each
+/// pair). Adjacent segments stay apart.
+fn merge_overlaps(
+    mut segments: Vec<LoadSegment>,
+    problems: &mut Vec<ProblemKind>,
+) -> Vec<LoadSegment> {
+    segments.sort_by_key(|s| s.range.start);
+    let mut merged: Vec<LoadSegment> = Vec::with_capacity(segments.len());
+    for s in segments {
+        match merged.last_mut() {
+            Some(last) if s.range.start < last.range.end => {
+                problems.push(ProblemKind::OverlappingSegments {
+                    first: last.range.clone(),
+                    second: s.range.clone(),
+                });
+                last.range.end = last.range.end.max(s.range.end);
+                last.flags |= s.flags;
+            }
+            _ => merged.push(s),
+        }
+    }
+    merged
+}
+
+/// What one `dl_iterate_phdr` pass found.
+#[derive(Debug, Default)]
+pub(crate) struct Scan {
+    /// In the loader's order (the main program first on glibc).
+    pub(crate) objects: Vec<Scanned>,
+    /// The loader's counters during this pass, if it has them.
+    pub(crate) counters: Option<LoadCounters>,
+}
+
+/// The callback's state.
+struct Pass {
+    scan: Scan,
+    /// Stop after reading the counters.
+    counters_only: bool,
+    landmarks: Landmarks,
+    /// Reused for each object's headers.
+    headers: Vec<ProgramHeader>,
+}
+
+/// Reads notes straight from this process's memory.
+struct LoadedMemory;
+
+impl NoteMemory for LoadedMemory {
+    unsafe fn read(&self, addr: u64, len: usize) -> Option<&[u8]> {
+        let addr = usize::try_from(addr).ok()?;
+        // The address comes from the loader, not from a Rust allocation:
+        // exposed provenance.
+        // SAFETY: the caller guarantees `len` readable bytes there that stay
+        // mapped while the slice lives.
+        Some(unsafe { slice::from_raw_parts(ptr::with_exposed_provenance::<u8>(addr), len) })
+    }
+}
+
+/// Reads `dlpi_adds`/`dlpi_subs` if the loader's `dl_phdr_info` has them.
+///
+/// # Safety
+/// `info` must be the pointer `dl_iterate_phdr` passed to its callback, and
+/// `size` the size it passed with it, during that callback.
+unsafe fn counters_of(info: *const libc::dl_phdr_info, size: usize) -> Option<LoadCounters> {
+    let needed = mem::offset_of!(libc::dl_phdr_info, dlpi_subs) + mem::size_of::<u64>();
+    if size < needed {
+        return None;
+    }
+    // `size` says the loader's struct extends past `dlpi_subs`, and the
+    // caller guarantees `info` points at it for the callback's duration.
+    // SAFETY: so these raw place reads (no reference to the possibly shorter
+    // whole struct) read initialized fields.
+    let (adds, subs) = unsafe { ((*info).dlpi_adds, (*info).dlpi_subs) };
+    Some(LoadCounters { adds, subs })
+}
+
+/// The `dl_iterate_phdr` callback. It runs with the loader's lock held: it
+/// only copies and parses memory, and cannot panic except on allocation
+/// failure (which aborts; an `extern "C"` function never unwinds).
+///
+/// # Safety
+/// Only to be called by `dl_iterate_phdr`, with `data` the `*mut Pass` that
+/// [`pass`] gave it.
+unsafe extern "C" fn on_object(
+    info: *mut libc::dl_phdr_info,
+    size: usize,
+    data: *mut c_void,
+) -> c_int {
+    // SAFETY: `data` is the `&mut Pass` that `pass` handed to
+    // dl_iterate_phdr, which calls back synchronously on this thread while
+    // `pass` is blocked in it; nothing else touches the `Pass` meanwhile.
+    let pass = unsafe { &mut *data.cast::<Pass>() };
+    let first = pass.scan.objects.is_empty();
+    if first {
+        // SAFETY: `info` and `size` come straight from dl_iterate_phdr.
+        pass.scan.counters = unsafe { counters_of(info, size) };
+    }
+    if pass.counters_only {
+        return 1; // non-zero stops the iteration
+    }
+    // SAFETY: `info` is valid for the callback; these four fields are the
+    // first of `dl_phdr_info`, present in every version of it. Raw place
+    // reads, no reference to the struct.
+    let (bias, name, phdr, phnum) = unsafe {
+        (
+            (*info).dlpi_addr,
+            (*info).dlpi_name,
+            (*info).dlpi_phdr,
+            (*info).dlpi_phnum,
+        )
+    };
+    let name: &[u8] = if name.is_null() {
+        &[]
+    } else {
+        // SAFETY: `dlpi_name` is a NUL-terminated string owned by the
+        // loader, alive while the object is loaded, so for this callback.
+        unsafe { CStr::from_ptr(name) }.to_bytes()
+    };
+    let headers: &[libc::Elf64_Phdr] = if phdr.is_null() || phnum == 0 {
+        &[]
+    } else {
+        // SAFETY: `dlpi_phdr` points at the object's `dlpi_phnum` program
+        // headers, mapped with the object and unchanged while it is loaded,
+        // so for this callback; the slice does not outlive it.
+        unsafe { slice::from_raw_parts(phdr, usize::from(phnum)) }
+    };
+    pass.headers.clear();
+    pass.headers.extend(headers.iter().map(ProgramHeader::from));
+    // SAFETY: `LoadedMemory` reads this process's memory; the object's
+    // readable PT_LOAD segments are mapped readable and stay so while the
+    // loader's lock, held during this callback, keeps the object loaded.
+    let object = unsafe {
+        parse_object(
+            name,
+            bias,
+            phdr.addr() as u64,
+            &pass.headers,
+            first,
+            pass.landmarks,
+            &LoadedMemory,
+        )
+    };
+    pass.scan.objects.push(object);
+    0
+}
+
+/// One `dl_iterate_phdr` pass.
+fn pass(counters_only: bool) -> Scan {
+    let mut pass = Pass {
+        scan: Scan::default(),
+        counters_only,
+        // Unused when only the counters are read.
+        landmarks: if counters_only {
+            Landmarks::default()
+        } else {
+            Landmarks::of_this_process()
+        },
+        headers: Vec::new(),
+    };
+    // `on_object` has the callback type dl_iterate_phdr expects and never
+    // unwinds.
+    // SAFETY: it treats `data` as the `*mut Pass` given here,
+    // exclusively borrowed and alive until dl_iterate_phdr returns.
+    unsafe { libc::dl_iterate_phdr(Some(on_object), ptr::from_mut(&mut pass).cast()) };
+    pass.scan
+}
+
+/// Every loaded object, with the loader's counters of the same instant.
+pub(crate) fn scan() -> Scan {
+    pass(false)
+}
+
+/// The loader's counters now (one `dl_iterate_phdr` callback); `None` if
+/// this loader does not keep them (musl).
+pub(crate) fn load_counters() -> Option<LoadCounters> {
+    pass(true).counters
+}

@@ -1,0 +1,392 @@
+//! Odd program headers through [`parse_object`], with synthetic headers
+//! and note memory. (The scan of this process's real objects is tested
+//! through the public API in `tests/objects.rs`.)
+
+use super::info::{ObjectInfo, ObjectKind};
+use super::note::{BuildId, NoteError};
+use super::problem::ProblemKind;
+use super::scan::{
+    Landmarks, NoteMemory, PT_LOAD, PT_NOTE, ProgramHeader, Scan, Scanned, parse_object,
+};
+use super::{LoadedObjects, Refresh};
+use crate::sync::lock;
+use std::path::Path;
+
+// ------------------------------------------------------------- synthetic
+
+/// Notes "mapped" at `base`, read with bounds checks.
+struct FakeMemory {
+    base: u64,
+    bytes: Vec<u8>,
+}
+
+impl NoteMemory for FakeMemory {
+    unsafe fn read(&self, addr: u64, len: usize) -> Option<&[u8]> {
+        let start = usize::try_from(addr.checked_sub(self.base)?).ok()?;
+        self.bytes.get(start..start.checked_add(len)?)
+    }
+}
+
+const BIAS: u64 = 0x7f00_0000_0000;
+const ID: [u8; 20] = [0x11; 20];
+
+fn build_id_note() -> Vec<u8> {
+    let mut n = Vec::new();
+    for word in [4_u32, 20, 3] {
+        n.extend_from_slice(&word.to_ne_bytes());
+    }
+    n.extend_from_slice(b"GNU\0");
+    n.extend_from_slice(&ID);
+    n
+}
+
+fn load(vaddr: u64, memsz: u64, flags: u32) -> ProgramHeader {
+    ProgramHeader {
+        p_type: PT_LOAD,
+        p_flags: flags,
+        p_offset: vaddr,
+        p_vaddr: vaddr,
+        p_filesz: memsz,
+        p_memsz: memsz,
+        p_align: 0x1000,
+    }
+}
+
+fn note_header(vaddr: u64, memsz: u64) -> ProgramHeader {
+    ProgramHeader {
+        p_type: PT_NOTE,
+        p_flags: 4,
+        p_offset: vaddr,
+        p_vaddr: vaddr,
+        p_filesz: memsz,
+        p_memsz: memsz,
+        p_align: 4,
+    }
+}
+
+/// Parses synthetic headers; the note bytes sit at `BIAS + 0x200`.
+fn parse(headers: &[ProgramHeader], notes: Vec<u8>) -> Scanned {
+    parse_at(b"/lib/libsynthetic.so", BIAS, headers, notes)
+}
+
+/// Parses synthetic headers of an object `name` at `bias`; the note bytes
+/// sit at `bias + 0x200`.
+fn parse_at(name: &[u8], bias: u64, headers: &[ProgramHeader], notes: Vec<u8>) -> Scanned {
+    let memory = FakeMemory {
+        base: bias + 0x200,
+        bytes: notes,
+    };
+    // SAFETY: FakeMemory's `read` is bounds-checked and sound for any input.
+    unsafe {
+        parse_object(
+            name,
+            bias,
+            bias + 0x40,
+            headers,
+            false,
+            Landmarks::default(),
+            &memory,
+        )
+    }
+}
+
+#[test]
+fn well_formed_object() {
+    let note = build_id_note();
+    let headers = [
+        load(0, 0x1000, 4),
+        load(0x1000, 0x2000, 5),
+        note_header(0x200, note.len() as u64),
+        load(0x4000, 0x800, 6),
+    ];
+    let o = parse(&headers, note);
+    assert_eq!(o.problems, []);
+    assert_eq!(o.build_id, BuildId::from_bytes(&ID));
+    assert_eq!(o.kind, ObjectKind::Library);
+    let ranges: Vec<_> = o
+        .segments
+        .iter()
+        .map(|s| (s.range.clone(), s.flags))
+        .collect();
+    assert_eq!(
+        ranges,
+        [
+            (BIAS..BIAS + 0x1000, 4),
+            (BIAS + 0x1000..BIAS + 0x3000, 5),
+            (BIAS + 0x4000..BIAS + 0x4800, 6)
+        ]
+    );
+}
+
+#[test]
+fn no_load_segment_is_reported() {
+    let o = parse(&[note_header(0x200, 36)], build_id_note());
+    assert_eq!(o.segments, []);
+    // The note is not inside any loaded segment: not read.
+    assert_eq!(
+        o.problems,
+        [
+            ProblemKind::NoLoadSegment,
+            ProblemKind::MalformedNote(NoteError::OutsideLoadSegments)
+        ]
+    );
+    let o = parse(&[], Vec::new());
+    assert_eq!(
+        o.problems,
+        [ProblemKind::NoLoadSegment, ProblemKind::NoBuildId]
+    );
+}
+
+#[test]
+fn empty_and_out_of_range_segments_are_left_out() {
+    let headers = [
+        load(0, 0, 4),
+        load(0x1000, 0x1000, 5),
+        load(u64::MAX - BIAS - 0x10, 0x100, 4),
+    ];
+    let o = parse(&headers, Vec::new());
+    assert_eq!(o.segments.len(), 1);
+    assert_eq!(o.segments[0].range, BIAS + 0x1000..BIAS + 0x2000);
+    assert_eq!(
+        o.problems,
+        [
+            ProblemKind::EmptySegment { vaddr: 0 },
+            ProblemKind::SegmentOutOfRange {
+                vaddr: u64::MAX - BIAS - 0x10,
+                memsz: 0x100
+            },
+            ProblemKind::NoBuildId,
+        ]
+    );
+}
+
+#[test]
+fn overlapping_segments_are_merged_and_reported() {
+    // Out of order, too: ELF says ascending, the scan does not rely on it.
+    let headers = [
+        load(0x1800, 0x1000, 6),
+        load(0, 0x2000, 5),
+        load(0x3000, 0x100, 4),
+    ];
+    let o = parse(&headers, Vec::new());
+    let ranges: Vec<_> = o
+        .segments
+        .iter()
+        .map(|s| (s.range.clone(), s.flags))
+        .collect();
+    assert_eq!(
+        ranges,
+        [(BIAS..BIAS + 0x2800, 7), (BIAS + 0x3000..BIAS + 0x3100, 4)]
+    );
+    assert!(o.problems.contains(&ProblemKind::OverlappingSegments {
+        first: BIAS..BIAS + 0x2000,
+        second: BIAS + 0x1800..BIAS + 0x2800,
+    }));
+}
+
+#[test]
+fn malformed_notes_are_reported_and_the_object_goes_in() {
+    let mut note = build_id_note();
+    note[4] = 0xff; // descsz 255: runs past the segment
+    let headers = [load(0, 0x1000, 5), note_header(0x200, note.len() as u64)];
+    let o = parse(&headers, note);
+    assert_eq!(o.build_id, None);
+    assert_eq!(
+        o.problems,
+        [ProblemKind::MalformedNote(
+            NoteError::DescriptorOutOfBounds { offset: 0 }
+        )]
+    );
+    assert_eq!(o.segments.len(), 1);
+}
+
+#[test]
+fn note_outside_readable_segments_is_not_read() {
+    let note = build_id_note();
+    let len = note.len() as u64;
+    for headers in [
+        // In a segment that is not readable.
+        vec![load(0, 0x1000, 1), note_header(0x200, len)],
+        // Running past the end of the only segment.
+        vec![load(0, 0x210, 5), note_header(0x200, len)],
+        // Bounds that overflow.
+        vec![load(0, 0x1000, 5), note_header(u64::MAX - 4, len)],
+    ] {
+        let o = parse(&headers, note.clone());
+        assert_eq!(o.build_id, None, "{headers:x?}");
+        assert_eq!(
+            o.problems,
+            [ProblemKind::MalformedNote(NoteError::OutsideLoadSegments)],
+            "{headers:x?}"
+        );
+    }
+}
+
+#[test]
+fn main_program_and_vdso_by_landmarks() {
+    let memory = FakeMemory {
+        base: 0,
+        bytes: Vec::new(),
+    };
+    let headers = [load(0, 0x1000, 5)];
+    let marks = Landmarks {
+        main_phdr: Some(0x5000_0040),
+        vdso: Some(BIAS),
+    };
+    let parse = |name: &[u8], bias: u64, first: bool, marks: Landmarks| {
+        // SAFETY: FakeMemory's `read` is bounds-checked and sound for any
+        // input.
+        unsafe { parse_object(name, bias, bias + 0x40, &headers, first, marks, &memory) }
+    };
+    let main = parse(b"", 0x5000_0000, true, marks);
+    let vdso = parse(b"linux-vdso.so.1", BIAS, false, marks);
+    let lib = parse(b"", 0x6000_0000, false, marks);
+    let first = parse(b"", 0x6000_0000, true, Landmarks::default());
+    assert_eq!(main.kind, ObjectKind::MainProgram);
+    assert_eq!(vdso.kind, ObjectKind::Vdso);
+    assert_eq!(lib.kind, ObjectKind::Library);
+    // With no AT_PHDR, the first, nameless object is the main program.
+    assert_eq!(first.kind, ObjectKind::MainProgram);
+    let (lib, problems) = ObjectInfo::from_scan(lib);
+    assert_eq!(lib.path(), Path::new(""));
+    assert!(problems.contains(&ProblemKind::NoPath));
+    let (vdso, _) = ObjectInfo::from_scan(vdso);
+    assert_eq!(vdso.path(), Path::new("[vdso]"));
+}
+
+// ------------------------------------------------------------- refresh
+
+/// Applies a synthetic scan, as `refresh` applies a real one.
+fn apply(objects: &LoadedObjects, scanned: &[&Scanned]) -> Refresh {
+    let scan = Scan {
+        objects: scanned.iter().map(|&s| s.clone()).collect(),
+        counters: None,
+    };
+    objects.apply(&mut lock(&objects.state), scan)
+}
+
+/// `(path, problem)` pairs of a refresh, the files' absence aside (none of
+/// the synthetic objects has a file).
+fn problems(refresh: &Refresh) -> Vec<(String, ProblemKind)> {
+    let mut all: Vec<_> = (refresh.problems.iter())
+        .filter(|p| *p.kind() != ProblemKind::FileVanished)
+        .map(|p| (p.path().display().to_string(), p.kind().clone()))
+        .collect();
+    all.sort_by(|a, b| a.0.cmp(&b.0));
+    all
+}
+
+fn added_paths(refresh: &Refresh) -> Vec<String> {
+    let paths = refresh
+        .added
+        .iter()
+        .map(|o| o.info().path().display().to_string());
+    paths.collect()
+}
+
+#[test]
+fn odd_objects_never_stop_a_refresh_and_are_reported_once() {
+    let note = build_id_note();
+    let with_note = |loads: &[ProgramHeader]| {
+        let mut headers = loads.to_vec();
+        headers.push(note_header(0x200, note.len() as u64));
+        headers
+    };
+    // Fine; no PT_LOAD at all; overlapping `fine`; odd segments of its own.
+    let fine = parse_at(
+        b"/x/libfine.so",
+        0x10_0000,
+        &with_note(&[load(0, 0x1000, 5)]),
+        note.clone(),
+    );
+    let empty = parse_at(b"/x/libempty.so", 0x20_0000, &with_note(&[]), note.clone());
+    let clash = parse_at(
+        b"/x/libclash.so",
+        0x10_0800,
+        &with_note(&[load(0, 0x1000, 5)]),
+        note.clone(),
+    );
+    let odd_segments = [
+        load(0, 0x2000, 5),
+        load(0x1000, 0x2000, 6),
+        load(0x4000, 0, 4),
+    ];
+    let odd = parse_at(
+        b"/x/libodd.so",
+        0x30_0000,
+        &with_note(&odd_segments),
+        note.clone(),
+    );
+
+    let objects = LoadedObjects::new();
+    let first = apply(&objects, &[&fine, &empty, &clash, &odd]);
+    assert_eq!(added_paths(&first), ["/x/libfine.so", "/x/libodd.so"]);
+    let fine_id = first.added[0].id();
+    let clash_error = crate::AddrIndexError::Overlap {
+        range: 0x10_0800..0x10_1800,
+        existing: 0x10_0000..0x10_1000,
+        module: fine_id,
+    };
+    assert_eq!(
+        problems(&first),
+        [
+            ("/x/libclash.so".into(), ProblemKind::Rejected(clash_error)),
+            ("/x/libempty.so".into(), ProblemKind::NoLoadSegment),
+            (
+                "/x/libempty.so".into(),
+                ProblemKind::MalformedNote(NoteError::OutsideLoadSegments)
+            ),
+            (
+                "/x/libodd.so".into(),
+                ProblemKind::EmptySegment { vaddr: 0x4000 }
+            ),
+            (
+                "/x/libodd.so".into(),
+                ProblemKind::OverlappingSegments {
+                    first: 0x30_0000..0x30_2000,
+                    second: 0x30_1000..0x30_3000
+                }
+            ),
+        ]
+    );
+    assert_eq!(objects.lookup(0x10_0010).map(|h| h.id()), Some(fine_id));
+    assert_eq!(
+        objects.lookup(0x10_1400),
+        None,
+        "the rejected object is not in"
+    );
+    let merged = objects.lookup(0x30_2800).unwrap();
+    assert_eq!(
+        (merged.segment(), merged.flags()),
+        (0x30_0000..0x30_3000, 7)
+    );
+
+    // The same objects again: nothing changes, nothing is reported again.
+    let second = apply(&objects, &[&fine, &empty, &clash, &odd]);
+    assert!(
+        second.added.is_empty() && second.removed.is_empty(),
+        "{second:#?}"
+    );
+    assert_eq!(second.problems, []);
+    assert_eq!(second.unchanged, 2);
+
+    // `fine` unloaded, `empty` gone: the rejected object now fits, quietly.
+    let third = apply(&objects, &[&clash, &odd]);
+    assert_eq!(
+        third.removed.iter().map(|o| o.id()).collect::<Vec<_>>(),
+        [fine_id]
+    );
+    assert_eq!(added_paths(&third), ["/x/libclash.so"]);
+    assert_eq!(third.problems, []);
+    assert_eq!(
+        objects.lookup(0x10_1400).map(|h| h.id()),
+        Some(third.added[0].id())
+    );
+    assert!(objects.object(fine_id).is_some_and(|o| !o.is_loaded()));
+
+    // `empty` back: reported anew (it had gone).
+    let fourth = apply(&objects, &[&clash, &odd, &empty]);
+    assert!(fourth.added.is_empty());
+    assert_eq!(problems(&fourth).len(), 2);
+    assert_eq!(objects.loaded_count(), 2);
+}
