@@ -6,7 +6,23 @@
 //! different cfg), so retired nodes go to a graveyard that is emptied when
 //! the tree is dropped, at the end of the model: loom then explores the latch
 //! and the link stores, which is what it must see.
+//!
+//! # No user `Drop` under a writer lock
+//!
+//! crossbeam runs deferred destructors inside *any* pin that collects (a
+//! thread's outermost pin, every 128th; any `flush`), so a reader that pins
+//! inside a batch closure could run a retired entry's `Drop` under the writer
+//! lock, where a `Drop` that writes to the same tree cannot take effect.
+//! Hence every write runs inside a [`WriterScope`], and a deferred destructor
+//! that finds its thread inside one does not run there: it is *postponed* to
+//! a thread-local list that the outermost scope drains after the writer lock
+//! is released. This holds whatever collector or handle the pin came from.
+//!
+//! A panic from a deferred destructor cannot be propagated to anyone (it
+//! runs at an arbitrary point, inside some pin); it is caught and counted
+//! ([`swallowed_drop_panics`]).
 
+use core::cell::{Cell, RefCell};
 use core::ptr::NonNull;
 use crossbeam_epoch::{Collector, Guard};
 
@@ -27,23 +43,136 @@ impl core::fmt::Debug for Reclaimer {
 }
 
 /// A type-erased `Box<T>` waiting to be dropped.
-#[cfg_attr(not(latchtree_loom), allow(dead_code))]
 struct Retired {
     ptr: NonNull<u8>,
     drop: unsafe fn(NonNull<u8>),
 }
 
 /// Drops the `Box<T>` behind `ptr`. A panic from `T`'s `Drop` is caught and
-/// discarded: it runs at an arbitrary later point on an arbitrary thread
-/// (inside another thread's `pin`), where unwinding would be far worse.
+/// counted ([`swallowed_drop_panics`]): it runs at an arbitrary later point
+/// on an arbitrary thread (inside another thread's `pin`), where unwinding
+/// would be far worse.
 ///
 /// # Safety
 /// `ptr` came from `Box::<T>::into_raw` and is not used again.
 unsafe fn drop_box<T>(ptr: NonNull<u8>) {
-    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         // SAFETY: caller.
         drop(unsafe { Box::from_raw(ptr.cast::<T>().as_ptr()) });
     }));
+    if r.is_err() {
+        count_swallowed_drop_panic();
+    }
+}
+
+/// Panics from `K`/`V` `Drop`s that could not be propagated, process-wide.
+#[cfg(not(latchtree_loom))]
+static SWALLOWED_DROP_PANICS: crate::sync::AtomicU64 = crate::sync::AtomicU64::new(0);
+
+/// Counts one panic from a user `Drop` that was caught and not propagated.
+pub(crate) fn count_swallowed_drop_panic() {
+    // Relaxed: a statistic; nothing is ordered by it.
+    #[cfg(not(latchtree_loom))]
+    SWALLOWED_DROP_PANICS.fetch_add(1, crate::sync::Ordering::Relaxed);
+}
+
+/// How many panics from a [`LatchTree`](crate::LatchTree) key's or value's
+/// `Drop` were caught and not propagated, in the whole process: during
+/// background reclamation (which runs at an arbitrary point on an arbitrary
+/// thread, where unwinding would be far worse), after the first one in a
+/// tree's own `drop`, and every one when a tree is dropped while its thread
+/// is already unwinding (resuming would abort the process).
+///
+/// Process-wide rather than per tree: a retired entry may be reclaimed after
+/// its tree is gone. Always 0 under the crate's loom build.
+///
+/// ```
+/// let before = latchtree::swallowed_drop_panics();
+/// struct Bomb;
+/// impl Drop for Bomb {
+///     fn drop(&mut self) {
+///         panic!("boom");
+///     }
+/// }
+/// let r = std::panic::catch_unwind(|| {
+///     let tree = latchtree::LatchTree::new();
+///     tree.insert(1, Bomb);
+///     panic!("unwinding drops the tree: its Bomb's panic is counted, not resumed");
+/// });
+/// assert!(r.is_err());
+/// assert!(latchtree::swallowed_drop_panics() > before);
+/// ```
+pub fn swallowed_drop_panics() -> u64 {
+    #[cfg(not(latchtree_loom))]
+    {
+        SWALLOWED_DROP_PANICS.load(crate::sync::Ordering::Relaxed)
+    }
+    #[cfg(latchtree_loom)]
+    {
+        0
+    }
+}
+
+std::thread_local! {
+    /// How many writer scopes this thread is inside. No destructor, so it
+    /// stays readable during thread-local destruction.
+    static WRITE_DEPTH: Cell<usize> = const { Cell::new(0) };
+    /// Destructors postponed until this thread leaves its outermost scope.
+    static POSTPONED: RefCell<Vec<Retired>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Marks the current thread as (possibly) holding a writer lock, from
+/// before it takes the lock until after it released it; see the module docs.
+pub(crate) struct WriterScope(());
+
+impl WriterScope {
+    /// Enters a scope; hold the value across the whole write.
+    pub(crate) fn enter() -> Self {
+        WRITE_DEPTH.with(|d| d.set(d.get() + 1));
+        WriterScope(())
+    }
+}
+
+impl Drop for WriterScope {
+    fn drop(&mut self) {
+        let depth = WRITE_DEPTH.with(|d| {
+            d.set(d.get() - 1);
+            d.get()
+        });
+        if depth > 0 {
+            return;
+        }
+        // Outermost scope left: the lock is released. Run what was
+        // postponed, one at a time without holding the list borrowed (a
+        // destructor may write, and so postpone and drain, itself).
+        while let Some(r) = POSTPONED.try_with(|p| p.borrow_mut().pop()).ok().flatten() {
+            // SAFETY: each entry was retired once with its matching dropper,
+            // and its epoch had passed when it was postponed.
+            unsafe { (r.drop)(r.ptr) };
+        }
+    }
+}
+
+/// The deferred destructor of a retired `Box<T>`: runs it now, or postpones
+/// it if this thread is inside a writer scope.
+///
+/// # Safety
+/// As for [`drop_box`]; no pinned reader can reach `ptr` any more.
+#[cfg_attr(latchtree_loom, allow(dead_code))]
+unsafe fn drop_or_postpone<T>(ptr: NonNull<u8>) {
+    let mut entry = Some(Retired {
+        ptr,
+        drop: drop_box::<T>,
+    });
+    if WRITE_DEPTH.with(Cell::get) > 0 {
+        // Fails only during this thread's thread-local destruction (a write
+        // from a thread-local destructor): then it runs right away.
+        let _ = POSTPONED.try_with(|p| p.borrow_mut().extend(entry.take()));
+    }
+    if let Some(r) = entry {
+        // SAFETY: caller.
+        unsafe { (r.drop)(r.ptr) };
+    }
 }
 
 impl Reclaimer {
@@ -64,6 +193,14 @@ impl Reclaimer {
             collector: Some(collector),
             #[cfg(latchtree_loom)]
             graveyard: std::sync::Mutex::new(Vec::new()),
+        }
+    }
+
+    /// A reclaimer for another tree that uses the same collector.
+    pub(crate) fn same_collector(&self) -> Self {
+        match &self.collector {
+            None => Reclaimer::global(),
+            Some(c) => Reclaimer::with_collector(c.clone()),
         }
     }
 
@@ -106,7 +243,7 @@ impl Reclaimer {
             // SAFETY: pinned readers that can still see `ptr` keep the epoch
             // from advancing past it (caller: it is unreachable for later
             // pins), so the destructor runs after the last of them unpins.
-            unsafe { guard.defer_unchecked(move || drop_box::<T>(ptr)) };
+            unsafe { guard.defer_unchecked(move || drop_or_postpone::<T>(ptr)) };
         }
         #[cfg(latchtree_loom)]
         {

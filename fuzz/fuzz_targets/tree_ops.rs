@@ -1,5 +1,6 @@
 //! Fuzz target: arbitrary sequences of `LatchTree` operations (inserts,
-//! removes, lookups, bound queries, batches, batches rolled back by a panic)
+//! removes, lookups, bound queries, batches with reads, batches rolled back
+//! by a panic, double-ended range walks, pops, retain, clear, bulk loads)
 //! checked against `BTreeMap`, with the invariant checker after every
 //! operation.
 //!
@@ -38,6 +39,10 @@ enum Change {
     Remove(u8),
     /// `Batch::contains_key`: sees the batch's own earlier changes.
     Contains(u8),
+    /// `Batch::get` and the bound queries: read-your-writes.
+    Get(u8),
+    Floor(u8),
+    Clear,
 }
 
 /// One operation on the tree.
@@ -54,6 +59,13 @@ enum Op {
     /// Several changes, then a panic: the whole write must be rolled back.
     AbortedBatch(Vec<Change>),
     Snapshot,
+    /// `range(lo, hi)` walked from the front (`true`) or the back.
+    Range(B, B, Vec<bool>),
+    Pop(bool),
+    Retain(u8),
+    Clear,
+    /// Rebuild through `FromIterator` (bulk load) with extra pairs.
+    Rebuild(Vec<(u8, u32)>),
 }
 
 /// The payload of a deliberate panic inside a write closure.
@@ -82,6 +94,12 @@ fn apply(model: &mut BTreeMap<u8, u32>, changes: &[Change]) -> Vec<bool> {
             Change::Insert(k, v) => model.insert(k, v).is_none(),
             Change::Remove(k) => model.remove(&k).is_some(),
             Change::Contains(k) => model.contains_key(&k),
+            Change::Get(k) => model.contains_key(&k),
+            Change::Floor(k) => model.range(..=k).next_back().is_some(),
+            Change::Clear => {
+                model.clear();
+                true
+            }
         })
         .collect()
 }
@@ -94,6 +112,12 @@ fn run_batch(batch: &mut latchtree::Batch<'_, u8, u32>, changes: &[Change]) -> V
             Change::Insert(k, v) => batch.insert(k, v),
             Change::Remove(k) => batch.remove(&k),
             Change::Contains(k) => batch.contains_key(&k),
+            Change::Get(k) => batch.get(&k).is_some(),
+            Change::Floor(k) => batch.upper_bound(Bound::Included(&k)).is_some(),
+            Change::Clear => {
+                batch.clear();
+                true
+            }
         })
         .collect();
     got
@@ -101,7 +125,7 @@ fn run_batch(batch: &mut latchtree::Batch<'_, u8, u32>, changes: &[Change]) -> V
 
 fuzz_target!(|ops: Vec<Op>| {
     allow_abort_panics();
-    let tree = LatchTree::new();
+    let mut tree = LatchTree::new();
     let mut model = BTreeMap::new();
     for op in ops {
         let guard = latchtree::pin();
@@ -152,6 +176,47 @@ fuzz_target!(|ops: Vec<Op>| {
             Op::Snapshot => {
                 let snap = tree.snapshot(&guard);
                 assert!(snap.iter().copied().eq(model.iter()), "snapshot differs");
+            }
+            Op::Range(lo, hi, ends) => {
+                let (lo, hi) = (lo.get(), hi.get());
+                let mut want: std::collections::VecDeque<(u8, u32)> = model
+                    .iter()
+                    .filter(|(k, _)| std::ops::RangeBounds::contains(&(lo, hi), *k))
+                    .map(|(k, v)| (*k, *v))
+                    .collect();
+                let mut it = tree.range((lo, hi), &guard).map(|(k, v)| (*k, *v));
+                for front in ends {
+                    if front {
+                        assert_eq!(it.next(), want.pop_front(), "range front");
+                    } else {
+                        assert_eq!(it.next_back(), want.pop_back(), "range back");
+                    }
+                }
+                assert!(it.eq(want), "range rest");
+            }
+            Op::Pop(first) => {
+                let (got, want) = if first {
+                    (tree.pop_first(&guard), model.pop_first())
+                } else {
+                    (tree.pop_last(&guard), model.pop_last())
+                };
+                assert_eq!(got.map(|(k, v)| (*k, *v)), want);
+            }
+            Op::Retain(m) => {
+                let m = u32::from(m.max(1));
+                tree.retain(|k, v| (u32::from(*k) + v) % m != 0);
+                model.retain(|k, v| (u32::from(*k) + *v) % m != 0);
+            }
+            Op::Clear => {
+                tree.clear();
+                model.clear();
+            }
+            Op::Rebuild(extra) => {
+                drop(guard);
+                let mut all = tree.to_vec();
+                all.extend(extra.iter().copied());
+                model.extend(extra);
+                tree = all.into_iter().collect();
             }
         }
         if let Err(e) = tree.check_invariants() {

@@ -70,21 +70,47 @@ impl Latch {
     /// can only happen in a copy being rewritten, so it is retried too.
     /// Never blocks: a retry means a writer flipped `seq` meanwhile.
     #[inline]
-    pub(crate) fn read<R>(&self, mut attempt: impl FnMut(usize) -> Option<R>) -> R {
+    pub(crate) fn read<R>(&self, attempt: impl FnMut(usize) -> Option<R>) -> R {
+        self.read_versioned(attempt).0
+    }
+
+    /// [`Latch::read`], also returning the `seq` value the answer belongs
+    /// to, so that a cursor can go on reading that version and validate
+    /// each later step with [`Latch::unchanged`].
+    #[inline]
+    pub(crate) fn read_versioned<R>(
+        &self,
+        mut attempt: impl FnMut(usize) -> Option<R>,
+    ) -> (R, u64) {
         loop {
             // Acquire: pairs with the Release store in `flip`.
             let s = self.seq.load(Ordering::Acquire);
             let result = attempt((s & 1) as usize);
-            // Acquire: pairs with the Release fence in `flip` (case 2 above).
-            fence(Ordering::Acquire);
             if let Some(r) = result
-                && self.seq.load(Ordering::Relaxed) == s
+                && self.unchanged(s)
             {
-                return r;
+                return (r, s);
             }
-            self.retries.0.fetch_add(1, Ordering::Relaxed);
+            self.count_retry();
             retry_hint();
         }
+    }
+
+    /// The re-check that ends a read of version `s`: true when no flip
+    /// happened since the `Acquire` load that returned `s`, so that every
+    /// word read in between belongs to version `s` (case analysis above).
+    /// A cursor calls it after each step it takes in version `s`.
+    #[inline(always)]
+    pub(crate) fn unchanged(&self, s: u64) -> bool {
+        // Acquire: pairs with the Release fence in `flip` (case 2 above).
+        fence(Ordering::Acquire);
+        self.seq.load(Ordering::Relaxed) == s
+    }
+
+    /// Counts one read (or cursor step) that found its version gone.
+    #[inline]
+    pub(crate) fn count_retry(&self) {
+        self.retries.0.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Advances `seq` by one. The caller holds the writer lock.

@@ -1,13 +1,14 @@
 //! Intrusive link sets: one per copy of the tree, every word an atomic.
 //!
-//! A node of either front-end embeds `[Links<Self>; 2]`. Readers only ever
-//! load `left`, `right` and the roots; `parent_color` is writer-only but is an
-//! atomic too, because readers hold `&Node` while the writer rewrites it.
+//! A node of either front-end embeds `[Links<Self>; 2]`. Point readers only
+//! load `left`, `right` and the roots; cursors (`cursor.rs`) also climb
+//! `parent_color` to step to a neighbour without a stack.
 //!
-//! Orderings: `left`/`right`/root stores are `Release` and reader loads are
-//! `Acquire` (the pair publishes a node's fields to a reader that reaches it).
-//! `parent_color` is only touched under the writer lock, so it is `Relaxed`
-//! everywhere: the lock orders writers.
+//! Orderings: `left`/`right`/root stores and `parent_color` stores are
+//! `Release`, and reader loads of them are `Acquire`: the pair publishes a
+//! node's fields to a reader that reaches it through any link, down or up.
+//! The writer's own loads of `parent_color` are `Relaxed`: the writer lock
+//! orders writers.
 
 use crate::sync::{AtomicPtr, Ordering};
 use core::ptr;
@@ -90,6 +91,15 @@ impl<N> Links<N> {
         self.kids[dir as usize].store(child, link_store_order());
     }
 
+    /// Reader load of the parent (null at the root). `Acquire` pairs with
+    /// the `Release` in [`Links::set_parent_color`], as for child links.
+    #[inline(always)]
+    pub(crate) fn load_parent(&self) -> *mut N {
+        self.parent_color
+            .load(Ordering::Acquire)
+            .map_addr(|a| a & !BLACK)
+    }
+
     /// Writer-only: the parent.
     #[inline]
     pub(crate) fn parent(&self) -> *mut N {
@@ -117,21 +127,22 @@ impl<N> Links<N> {
         self.set_parent_color(self.parent(), black);
     }
 
-    /// Writer-only: set parent and colour.
+    /// Writer-only: set parent and colour. `Release`: pairs with the
+    /// cursor's `Acquire` in [`Links::load_parent`].
     #[inline]
     pub(crate) fn set_parent_color(&self, parent: *mut N, black: bool) {
         let tagged = parent.map_addr(|a| a | usize::from(black));
-        self.parent_color.store(tagged, Ordering::Relaxed);
+        self.parent_color.store(tagged, link_store_order());
     }
 
-    /// Writer-only: copy every link of `other` into `self` (the copies'
-    /// child links are published with `Release`).
+    /// Writer-only: copy every link of `other` into `self` (published with
+    /// `Release`).
     pub(crate) fn copy_from(&self, other: &Links<N>) {
         self.set_child(Dir::Left, other.kids[0].load(Ordering::Relaxed));
         self.set_child(Dir::Right, other.kids[1].load(Ordering::Relaxed));
         self.parent_color.store(
             other.parent_color.load(Ordering::Relaxed),
-            Ordering::Relaxed,
+            link_store_order(),
         );
     }
 }

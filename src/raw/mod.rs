@@ -13,7 +13,9 @@
 //!    the address index's node fields are atomics (`index/slab.rs`).
 //! 3. **Readers read only a stable copy**, steered by the latch (`latch.rs`),
 //!    and validate afterwards; their descents are capped at
-//!    [`tree::MAX_DEPTH`] steps so that no torn shape can loop them.
+//!    [`tree::MAX_DEPTH`] nodes per path (the checker rejects a longer
+//!    path) so that no torn shape can loop them. A cursor (`cursor.rs`) is
+//!    one such read stretched over many steps, validated after each.
 //! 4. **One writer at a time** (the writer lock in `tree.rs`); it changes copy
 //!    0 while `seq` is odd and copy 1 while it is even, with the same
 //!    operations in the same order (`rbtree.rs`), so the copies never drift.
@@ -23,12 +25,15 @@
 //!
 //! `check.rs` verifies 1, 2's shape parts and 4 after every test operation.
 
+mod build;
 mod check;
+mod cursor;
 mod latch;
 mod links;
 mod rbtree;
 mod tree;
 
+pub(crate) use cursor::{Cursor, Step};
 pub(crate) use links::{Dir, Linked, Links};
 pub(crate) use tree::{RawTree, Slot, Txn, View};
 

@@ -244,3 +244,138 @@ fn readers_never_see_a_torn_batch() {
     reader.join().unwrap();
     h.check();
 }
+
+/// Links `n` fresh nodes into a right-leaning chain (keys 0..n) in both
+/// copies: not a red-black tree, but a path of exactly `n` nodes.
+fn chain(h: &Harness, n: usize) -> Vec<NonNull<Node>> {
+    let nodes: Vec<NonNull<Node>> = (0..n as u64).map(|k| h.alloc(k)).collect();
+    for copy in 0..2 {
+        for (i, n) in nodes.iter().enumerate() {
+            // SAFETY: the harness owns the nodes until it drops.
+            let l = unsafe { n.as_ref() }.links(copy);
+            let next = nodes
+                .get(i + 1)
+                .map_or(core::ptr::null_mut(), |m| m.as_ptr());
+            let prev = if i == 0 {
+                core::ptr::null_mut()
+            } else {
+                nodes[i - 1].as_ptr()
+            };
+            l.set_child(Dir::Left, core::ptr::null_mut());
+            l.set_child(Dir::Right, next);
+            l.set_parent_color(prev, true);
+        }
+        h.tree.shared.roots[copy].store(nodes[0].as_ptr(), crate::sync::Ordering::Release);
+        h.tree.shared.lens[copy].store(n, crate::sync::Ordering::Relaxed);
+    }
+    nodes
+}
+
+/// Review finding: the reader's descent cap gave up after its 128th node
+/// without looking at that node's child, while the checker accepted a path
+/// of 128 nodes: a stable copy the checker called valid made readers retry
+/// forever. Both now accept a path of exactly `MAX_DEPTH` nodes and reject a
+/// longer one.
+#[test]
+fn descent_cap_and_checker_agree_on_a_max_depth_path() {
+    use super::tree::MAX_DEPTH;
+    for (n, ok) in [(MAX_DEPTH, true), (MAX_DEPTH + 1, false)] {
+        let h = Harness::new();
+        chain(&h, n);
+        let last = n as u64 - 1;
+        // SAFETY: nodes are freed only when the harness drops; a single
+        // attempt (no writer: the version never changes).
+        let reached = unsafe {
+            h.tree.read(|view| {
+                let mut seen = 0;
+                let r = view.descend(|node| {
+                    seen += 1;
+                    (node.key != last).then_some(Dir::Right)
+                });
+                // One attempt only: report what the cap said.
+                Some(r.map(|()| seen))
+            })
+        };
+        assert_eq!(reached.is_some(), ok, "descent over {n} nodes");
+        // Past the last node: the descent steps to its nil child.
+        // SAFETY: as above.
+        let past = unsafe {
+            h.tree
+                .read(|view| Some(view.descend(|_| Some(Dir::Right)).is_some()))
+        };
+        assert_eq!(past, ok, "descent off the end of {n} nodes");
+        let depth_error = h
+            .tree
+            .check(|a, b| a.key < b.key)
+            .err()
+            .is_some_and(|e| e.contains("deeper than the descent cap"));
+        assert_eq!(!depth_error, ok, "checker on a path of {n} nodes");
+        // Unlink before the harness frees the nodes.
+        for copy in 0..2 {
+            h.tree.shared.roots[copy].store(core::ptr::null_mut(), crate::sync::Ordering::Relaxed);
+            h.tree.shared.lens[copy].store(0, crate::sync::Ordering::Relaxed);
+        }
+    }
+}
+
+/// A bulk build of every small size is a valid tree (both copies), and a
+/// cursor walks it both ways in order.
+#[test]
+fn build_then_cursor_walks_both_ways() {
+    for n in 0..if cfg!(miri) { 20 } else { 130 } {
+        let mut h = Harness::new();
+        let nodes: Vec<NonNull<Node>> = (0..n).map(|k| h.alloc(k * 2)).collect();
+        // SAFETY: fresh, distinct, sorted nodes; empty tree; `&mut`.
+        unsafe { h.tree.build(&nodes) };
+        h.check();
+        assert_eq!(h.keys(), (0..n).map(|k| k * 2).collect::<Vec<_>>());
+        for (dir, start) in [(Dir::Right, Dir::Left), (Dir::Left, Dir::Right)] {
+            // SAFETY: nodes are freed only when the harness drops.
+            let mut at = unsafe {
+                h.tree.seek(|view| {
+                    let mut last = None;
+                    view.descend(|node| {
+                        last = Some(node);
+                        Some(start)
+                    })?;
+                    Some(last)
+                })
+            };
+            let mut seen = Vec::new();
+            while let Some(c) = at {
+                seen.push(c.node().key);
+                at = match c.step(dir) {
+                    super::Step::To(next) => Some(next),
+                    super::Step::End => None,
+                    super::Step::Stale => panic!("no writer, yet stale"),
+                };
+            }
+            if dir == Dir::Left {
+                seen.reverse();
+            }
+            assert_eq!(seen, (0..n).map(|k| k * 2).collect::<Vec<_>>(), "n = {n}");
+        }
+    }
+}
+
+/// A cursor whose version changed says so instead of walking on.
+#[test]
+fn a_cursor_goes_stale_after_a_write() {
+    let h = Harness::new();
+    h.apply(&[(true, 1), (true, 2), (true, 3)], None);
+    // SAFETY: nodes are freed only when the harness drops.
+    let c = unsafe {
+        h.tree.seek(|view| {
+            let mut last = None;
+            view.descend(|node| {
+                last = Some(node);
+                Some(Dir::Left)
+            })?;
+            Some(last)
+        })
+    }
+    .unwrap();
+    assert!(matches!(c.step(Dir::Right), super::Step::To(_)));
+    h.apply(&[(true, 4)], None);
+    assert!(matches!(c.step(Dir::Right), super::Step::Stale));
+}

@@ -24,9 +24,11 @@ use crate::sync::{AtomicPtr, AtomicUsize, Mutex, Ordering, lock};
 use core::ptr::{self, NonNull};
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 
-/// A reader descent longer than this is treated as a torn read and retried.
-/// A red-black tree of `n` nodes is at most `2 * log2(n + 1)` high, so a
-/// stable copy never comes near it.
+/// The most nodes a reader visits on one root-to-leaf path: a longer path
+/// is treated as a torn read and retried. A red-black tree of `n` nodes is
+/// at most `2 * log2(n + 1)` high, so a stable copy never comes near it.
+/// The checker (`check.rs`) rejects a copy with a longer path, so that the
+/// two agree on what a stable copy can hold.
 pub(crate) const MAX_DEPTH: usize = if cfg!(latchtree_defect = "no_depth_cap") {
     usize::MAX
 } else {
@@ -34,16 +36,16 @@ pub(crate) const MAX_DEPTH: usize = if cfg!(latchtree_defect = "no_depth_cap") {
 };
 
 /// The part of the tree readers can see.
-struct Shared<N> {
-    latch: Latch,
-    roots: [AtomicPtr<N>; 2],
-    lens: [AtomicUsize; 2],
+pub(super) struct Shared<N> {
+    pub(super) latch: Latch,
+    pub(super) roots: [AtomicPtr<N>; 2],
+    pub(super) lens: [AtomicUsize; 2],
 }
 
 /// Two copies of a red-black tree behind a seqcount latch, plus the
 /// front-end's writer state `W` under the writer lock.
 pub(crate) struct RawTree<N, W> {
-    shared: Shared<N>,
+    pub(super) shared: Shared<N>,
     writer: Mutex<Locked<N, W>>,
     /// The thread holding `writer` (see [`this_thread`]), 0 when free: turns
     /// a write started from inside a write of the same tree on the same
@@ -96,6 +98,11 @@ enum Op<N> {
         old: *mut N,
         new: *mut N,
     },
+    /// Every node under this copy-0 root left the tree at once.
+    Clear(*mut N),
+    /// A node that was never linked, handed back for release whatever the
+    /// outcome (a front-end owns it while user code may still panic).
+    Discard(*mut N),
 }
 
 /// A write in progress; see the module docs.
@@ -107,9 +114,9 @@ pub(crate) struct Txn<'t, N> {
 
 /// A stable copy, handed to one read attempt.
 pub(crate) struct View<'g, N> {
-    root: &'g AtomicPtr<N>,
-    len: &'g AtomicUsize,
-    copy: usize,
+    pub(super) root: &'g AtomicPtr<N>,
+    pub(super) len: &'g AtomicUsize,
+    pub(super) copy: usize,
 }
 
 impl<N> Clone for View<'_, N> {
@@ -219,6 +226,13 @@ impl<N: Linked, W> RawTree<N, W> {
             body(&mut txn, &mut *w)
         }));
         if !started {
+            // Nothing changed; only discarded nodes can be in the log.
+            for op in log.drain(..) {
+                if let Op::Discard(node) = op {
+                    // SAFETY: log pointers come from `NonNull`s.
+                    release(w, unsafe { NonNull::new_unchecked(node) });
+                }
+            }
             return outcome.unwrap_or_else(|p| resume_unwind(p));
         }
         match outcome {
@@ -237,6 +251,8 @@ impl<N: Linked, W> RawTree<N, W> {
                             Op::Insert { node, parent, dir } => side.insert(node, parent, dir),
                             Op::Erase(node) => side.erase(node),
                             Op::Replace { old, new } => side.replace(old, new),
+                            Op::Clear(_) => s.roots[1].store(ptr::null_mut(), link_store_order()),
+                            Op::Discard(_) => {}
                         }
                     }
                 }
@@ -246,9 +262,20 @@ impl<N: Linked, W> RawTree<N, W> {
                 s.latch.count_write();
                 for op in log.drain(..) {
                     match op {
-                        Op::Erase(node) | Op::Replace { old: node, .. } => {
+                        Op::Erase(node) | Op::Replace { old: node, .. } | Op::Discard(node) => {
                             // SAFETY: log pointers come from `NonNull`s.
                             release(w, unsafe { NonNull::new_unchecked(node) });
+                        }
+                        Op::Clear(root) => {
+                            // The cleared nodes still hold their copy-1
+                            // links of the moment they were cleared (the
+                            // replay made copy 1 equal to copy 0 then, and no
+                            // later op touches a node outside the tree).
+                            // SAFETY: so this walks exactly those nodes, all
+                            // live: none is released before this loop.
+                            for node in unsafe { nodes_in_order(root, 1) } {
+                                release(w, node);
+                            }
                         }
                         Op::Insert { .. } => {}
                     }
@@ -263,11 +290,13 @@ impl<N: Linked, W> RawTree<N, W> {
                 s.latch.flip();
                 for op in log.drain(..) {
                     match op {
-                        Op::Insert { node, .. } | Op::Replace { new: node, .. } => {
+                        Op::Insert { node, .. }
+                        | Op::Replace { new: node, .. }
+                        | Op::Discard(node) => {
                             // SAFETY: log pointers come from `NonNull`s.
                             release(w, unsafe { NonNull::new_unchecked(node) });
                         }
-                        Op::Erase(_) => {}
+                        Op::Erase(_) | Op::Clear(_) => {}
                     }
                 }
                 drop(_owner);
@@ -296,7 +325,7 @@ impl<N: Linked, W> RawTree<N, W> {
     unsafe fn rollback(&self) {
         let s = &self.shared;
         // SAFETY: copy 1 is the last committed version: only live nodes.
-        let nodes = unsafe { nodes_in_order(&s.roots[1], 1) };
+        let nodes = unsafe { nodes_in_order(s.roots[1].load(Ordering::Relaxed), 1) };
         for n in nodes {
             // SAFETY: `n` is live.
             let node = unsafe { n.as_ref() };
@@ -311,7 +340,7 @@ impl<N: Linked, W> RawTree<N, W> {
         let s = &self.shared;
         // SAFETY: `&mut self`: no transaction runs, copy 0 holds only live
         // nodes.
-        let nodes = unsafe { nodes_in_order(&s.roots[0], 0) };
+        let nodes = unsafe { nodes_in_order(s.roots[0].load(Ordering::Relaxed), 0) };
         for copy in 0..2 {
             s.roots[copy].store(ptr::null_mut(), Ordering::Relaxed);
             s.lens[copy].store(0, Ordering::Relaxed);
@@ -362,17 +391,16 @@ impl Drop for ClearOnDrop<'_> {
     }
 }
 
-/// Every node of one copy in key order, walked by the writer.
+/// Every node of the subtree at `root` (null: none) in one copy, in key
+/// order, walked by the writer.
 ///
 /// # Safety
-/// The copy is not being modified and holds only live nodes.
-pub(crate) unsafe fn nodes_in_order<N: Linked>(
-    root: &AtomicPtr<N>,
-    copy: usize,
-) -> Vec<NonNull<N>> {
+/// The subtree's links in `copy` are not being modified and reach only live
+/// nodes.
+pub(crate) unsafe fn nodes_in_order<N: Linked>(root: *mut N, copy: usize) -> Vec<NonNull<N>> {
     let mut out = Vec::new();
     let mut stack: Vec<NonNull<N>> = Vec::new();
-    let mut cur = root.load(Ordering::Relaxed);
+    let mut cur = root;
     loop {
         while let Some(n) = NonNull::new(cur) {
             stack.push(n);
@@ -461,10 +489,17 @@ impl<'t, N: Linked> Txn<'t, N> {
         self.add_len(1);
     }
 
+    /// The first (`Left`) or last node of the version being built.
+    pub(crate) fn extreme(&self, dir: Dir) -> Option<NonNull<N>> {
+        // SAFETY: copy 0 holds only live nodes while the writer lock is held.
+        NonNull::new(unsafe { self.side().extreme(dir) })
+    }
+
     /// Unlinks `node`; it is released when the transaction commits.
     ///
     /// # Safety
-    /// `node` came from this transaction's `find` and was not erased since.
+    /// `node` came from this transaction's `find` or `extreme` and was not
+    /// erased since.
     pub(crate) unsafe fn erase(&mut self, node: NonNull<N>) {
         self.start();
         // SAFETY: caller: `node` is in copy 0.
@@ -485,6 +520,48 @@ impl<'t, N: Linked> Txn<'t, N> {
             old: old.as_ptr(),
             new: new.as_ptr(),
         });
+    }
+
+    /// Unlinks every node at once (O(1) here, O(n) at release); they are
+    /// released when the transaction commits.
+    pub(crate) fn clear(&mut self) {
+        self.start();
+        let root = self.side().root();
+        // Release: a reader that loads the new root pairs with it as with
+        // any root store (there is nothing behind a null root to publish).
+        self.shared.roots[0].store(ptr::null_mut(), link_store_order());
+        self.shared.lens[0].store(0, Ordering::Relaxed);
+        if !root.is_null() {
+            self.log.push(Op::Clear(root));
+        }
+    }
+
+    /// Hands back `node`, which was never linked, to be released when the
+    /// transaction ends (commit or rollback): for a front-end that owns a
+    /// node while user code (a comparison) may still panic.
+    ///
+    /// # Safety
+    /// `node` is live, in no tree, and not used by the caller afterwards.
+    pub(crate) unsafe fn discard(&mut self, node: NonNull<N>) {
+        self.log.push(Op::Discard(node.as_ptr()));
+    }
+
+    /// Descends copy 0 (the version being built) like [`Txn::find`], handing
+    /// `step` references that live as long as this borrow of the
+    /// transaction: for front-end reads that return what they found.
+    pub(crate) fn descend<'a>(&'a self, mut step: impl FnMut(&'a N) -> Option<Dir>) {
+        let side = self.side();
+        let mut cur = side.root();
+        // SAFETY: copy 0 holds only live nodes while the writer lock is held,
+        // and no node is released before the transaction ends, which is
+        // after every borrow of it.
+        while let Some(n) = unsafe { cur.as_ref() } {
+            match step(n) {
+                None => return,
+                // SAFETY: as above.
+                Some(d) => cur = unsafe { side.child(cur, d) },
+            }
+        }
     }
 }
 
@@ -513,7 +590,9 @@ impl<'g, N: Linked> View<'g, N> {
                 Some(dir) => cur = node.links(self.copy).load_child(dir),
             }
         }
-        None
+        // `MAX_DEPTH` nodes visited: a path of exactly that many nodes ends
+        // here (the checker accepts it), a longer one is torn.
+        cur.is_null().then_some(())
     }
 
     /// Visits every node in key order. Returns `None` (torn read) if the walk

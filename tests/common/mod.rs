@@ -70,3 +70,48 @@ pub(crate) fn loom_model(f: impl Fn() -> u64 + Sync + Send + 'static) {
         "loom explored no racing interleaving ({runs} executions, {retried} with a retry)"
     );
 }
+
+/// A `u32` key for loom models whose every read goes through loom's
+/// causality checker: a reader that compares a key whose creation does not
+/// happen-before the read makes loom fail the model ("Causality violation").
+#[cfg(latchtree_loom)]
+pub(crate) struct LoomKey(loom::cell::UnsafeCell<u32>);
+
+// SAFETY: the cell is written only by `UnsafeCell::new`; afterwards it is
+// only read, and loom checks every read against that write.
+#[cfg(latchtree_loom)]
+unsafe impl Sync for LoomKey {}
+
+#[cfg(latchtree_loom)]
+impl LoomKey {
+    pub(crate) fn new(v: u32) -> Self {
+        LoomKey(loom::cell::UnsafeCell::new(v))
+    }
+
+    pub(crate) fn get(&self) -> u32 {
+        // SAFETY: never written after creation (see the `Sync` impl); loom
+        // reports a read that is not ordered after the creation.
+        self.0.with(|p| unsafe { *p })
+    }
+}
+
+#[cfg(latchtree_loom)]
+impl PartialEq for LoomKey {
+    fn eq(&self, other: &Self) -> bool {
+        self.get() == other.get()
+    }
+}
+#[cfg(latchtree_loom)]
+impl Eq for LoomKey {}
+#[cfg(latchtree_loom)]
+impl PartialOrd for LoomKey {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+#[cfg(latchtree_loom)]
+impl Ord for LoomKey {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.get().cmp(&other.get())
+    }
+}

@@ -1,0 +1,407 @@
+//! `LatchTree<K, V>`: the generic ordered map front-end.
+//!
+//! * `mod.rs`: the node, the type, construction, `Drop` and the traits;
+//! * `read.rs`: point queries and snapshots; `iter.rs`: iterators;
+//! * `write.rs`: single writes and read-modify-write; `batch.rs`: [`Batch`];
+//! * `bulk.rs`: O(n) bulk loading and `Clone`; `serde.rs` (feature `serde`).
+
+mod batch;
+mod bulk;
+mod iter;
+mod read;
+#[cfg(feature = "serde")]
+mod serde;
+mod write;
+
+pub use batch::Batch;
+pub use bulk::UnsortedInput;
+pub use iter::{Iter, Keys, Range, Values};
+
+use crate::raw::{Cursor, Dir, Linked, Links, RawTree, View};
+use crate::reclaim::Reclaimer;
+use crate::stats::Stats;
+use core::borrow::Borrow;
+use core::cmp::Ordering;
+use core::fmt;
+use core::marker::PhantomData;
+use core::ops::Bound;
+use core::ptr::NonNull;
+use crossbeam_epoch::{Collector, Guard};
+
+/// One entry. Copy 0's links (the copy readers use while no write runs) sit
+/// right before the key, so that a descent step touches one small span of
+/// the node; copy 1's links and the value follow. (Aligning the node to 32
+/// bytes, so that span never straddles a cache line, sends every allocation
+/// through glibc's slow `posix_memalign` and measured no better overall.)
+#[repr(C)]
+struct Node<K, V> {
+    hot: Links<Node<K, V>>,
+    key: K,
+    cold: Links<Node<K, V>>,
+    value: V,
+}
+
+// SAFETY: copy 0 is always `hot` and copy 1 always `cold`: distinct sets.
+unsafe impl<K, V> Linked for Node<K, V> {
+    #[inline(always)]
+    fn links(&self, copy: usize) -> &Links<Self> {
+        if copy == 0 { &self.hot } else { &self.cold }
+    }
+}
+
+impl<K, V> Node<K, V> {
+    /// Allocates an unlinked node. Its key and value are never written again.
+    fn alloc(key: K, value: V) -> NonNull<Self> {
+        let b = Box::new(Node {
+            hot: Links::new(),
+            key,
+            cold: Links::new(),
+            value,
+        });
+        NonNull::from(Box::leak(b))
+    }
+}
+
+/// A concurrent ordered map whose readers never block: a red-black tree kept
+/// twice behind a seqcount latch.
+///
+/// Readers pin an epoch [`Guard`] (see [`pin`](crate::pin)) and get
+/// references that live as long as the guard. Writers are serialized by an
+/// internal lock and never wait for readers. See the [crate docs](crate) for
+/// how it works and what it guarantees.
+///
+/// # Examples
+///
+/// ```
+/// use latchtree::LatchTree;
+/// use std::ops::Bound;
+///
+/// let tree = LatchTree::new();
+/// tree.insert(10, "ten");
+/// tree.insert(20, "twenty");
+///
+/// let guard = latchtree::pin();
+/// assert_eq!(tree.get(&10, &guard), Some(&"ten"));
+/// assert_eq!(tree.upper_bound(Bound::Included(&15), &guard), Some((&10, &"ten")));
+/// assert_eq!(tree.lower_bound(Bound::Excluded(&10), &guard), Some((&20, &"twenty")));
+/// ```
+///
+/// A reference cannot outlive its guard:
+///
+/// ```compile_fail
+/// let tree = latchtree::LatchTree::new();
+/// tree.insert(1, 1);
+/// let r = {
+///     let guard = latchtree::pin();
+///     tree.get(&1, &guard)
+/// };
+/// drop(r);
+/// ```
+///
+/// # User code that misbehaves
+///
+/// A panic in `K`'s `Ord` (or in a [`write`](LatchTree::write) closure)
+/// during a write rolls the whole write back: readers never see any of it, the
+/// tree keeps its previous contents, and the panic propagates to the writer.
+/// An `Ord` that is not a total order cannot cause undefined behaviour or
+/// make a reader loop; lookups may then miss entries, as with `BTreeMap`.
+/// A panic in `K`'s or `V`'s `Drop` while a retired entry is reclaimed in the
+/// background is caught and counted by
+/// [`swallowed_drop_panics`](crate::swallowed_drop_panics).
+/// No `K` or `V` is ever dropped under the writer lock: a retired entry
+/// whose destructor would run inside a write (a reader pinning inside a
+/// batch closure can trigger that) is postponed until the write has
+/// released its lock, so a `Drop` may itself write to the tree. During
+/// `drop` of the tree, the other entries are still dropped and the first
+/// panic is then resumed, unless the thread is already unwinding: then it
+/// is counted instead (resuming it would abort the process).
+///
+/// # Iteration and `&LatchTree` in `for` loops
+///
+/// [`iter`](LatchTree::iter), [`range`](LatchTree::range),
+/// [`keys`](LatchTree::keys) and [`values`](LatchTree::values) take a guard,
+/// because their items borrow from it. `IntoIterator` is therefore not
+/// implemented for `&LatchTree`: such an iterator would have to own its
+/// guard, and items borrowed from a guard the iterator owns would dangle
+/// once the iterator is dropped. Write `for (k, v) in tree.iter(&guard)`.
+pub struct LatchTree<K, V> {
+    raw: RawTree<Node<K, V>, ()>,
+    reclaim: Reclaimer,
+    /// The tree owns its keys and values.
+    _owns: PhantomData<Box<Node<K, V>>>,
+}
+
+// SAFETY: the tree owns `K`s and `V`s (moved in, dropped possibly on another
+// thread: `Send`), and shares `&K`/`&V` with readers on any thread (`Sync`).
+// Every racy word of a node is an atomic.
+unsafe impl<K: Send + Sync, V: Send + Sync> Send for LatchTree<K, V> {}
+// SAFETY: as above.
+unsafe impl<K: Send + Sync, V: Send + Sync> Sync for LatchTree<K, V> {}
+
+impl<K, V> LatchTree<K, V> {
+    crate::sync::const_fn_unless_loom! {
+        /// An empty tree using crossbeam-epoch's default collector (the one
+        /// [`latchtree::pin()`](crate::pin) pins). `const`, so a tree can be
+        /// a `static`.
+        ///
+        /// ```
+        /// static SYMBOLS: latchtree::LatchTree<u64, &str> = latchtree::LatchTree::new();
+        /// SYMBOLS.insert(0x1000, "main");
+        /// assert!(SYMBOLS.contains_key(&0x1000));
+        /// ```
+        pub fn new() -> Self {
+            LatchTree {
+                raw: RawTree::new(()),
+                reclaim: Reclaimer::global(),
+                _owns: PhantomData,
+            }
+        }
+    }
+
+    /// An empty tree whose readers pin `collector` instead of the default
+    /// one. Guards must then come from a handle of that collector. Methods
+    /// that pin internally (`contains_key`, `to_vec`, writes, [`pin`]) then
+    /// register a fresh participant each time, which allocates: on hot paths
+    /// keep a [`LocalHandle`](crate::LocalHandle) of the collector and pass
+    /// its guards.
+    ///
+    /// [`pin`]: LatchTree::pin
+    ///
+    /// ```
+    /// use latchtree::{Collector, LatchTree};
+    /// let collector = Collector::new();
+    /// let tree = LatchTree::with_collector(collector.clone());
+    /// tree.insert(1, 'a');
+    /// let handle = collector.register();
+    /// let guard = handle.pin();
+    /// assert_eq!(tree.get(&1, &guard), Some(&'a'));
+    /// ```
+    pub fn with_collector(collector: Collector) -> Self {
+        LatchTree {
+            raw: RawTree::new(()),
+            reclaim: Reclaimer::with_collector(collector),
+            _owns: PhantomData,
+        }
+    }
+
+    /// The number of entries.
+    ///
+    /// ```
+    /// let tree = latchtree::LatchTree::new();
+    /// tree.insert("a", 1);
+    /// assert_eq!(tree.len(), 1);
+    /// ```
+    pub fn len(&self) -> usize {
+        self.raw.len()
+    }
+
+    /// Whether the tree is empty.
+    ///
+    /// ```
+    /// let tree = latchtree::LatchTree::<u8, u8>::new();
+    /// assert!(tree.is_empty());
+    /// ```
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Counters for observability: reads retried and writes done (a bulk
+    /// load counts as one write).
+    ///
+    /// ```
+    /// let tree = latchtree::LatchTree::new();
+    /// tree.insert(1, 1);
+    /// assert_eq!(tree.stats().writes, 1);
+    /// ```
+    pub fn stats(&self) -> Stats {
+        let (read_retries, writes) = self.raw.stats();
+        Stats {
+            read_retries,
+            writes,
+        }
+    }
+
+    /// Pins this tree's collector: the default one, or the one given to
+    /// [`with_collector`](LatchTree::with_collector).
+    ///
+    /// ```
+    /// let tree = latchtree::LatchTree::new();
+    /// tree.insert(3, 9);
+    /// let guard = tree.pin();
+    /// assert_eq!(tree.get(&3, &guard), Some(&9));
+    /// ```
+    pub fn pin(&self) -> Guard {
+        self.reclaim.pin()
+    }
+
+    /// Panics unless `guard` pins this tree's collector.
+    #[inline(always)]
+    pub(crate) fn check_guard(&self, guard: &Guard) {
+        self.reclaim.check_guard(guard);
+    }
+
+    /// Runs a bounded read against a stable copy.
+    #[inline(always)]
+    fn read<'g, R>(
+        &'g self,
+        guard: &'g Guard,
+        attempt: impl FnMut(View<'g, Node<K, V>>) -> Option<R>,
+    ) -> R {
+        self.reclaim.check_guard(guard);
+        // `guard` pins this tree's collector (checked above) for 'g, and a
+        // node is retired through it only after it left both copies; `Drop`
+        // frees the rest and needs `&mut self`, impossible while `&'g self`.
+        // SAFETY: so every node this read can reach stays allocated for 'g.
+        unsafe { self.raw.read(attempt) }
+    }
+
+    /// Runs a bounded read that stops on a node and returns a cursor there.
+    ///
+    /// # Safety
+    /// A guard that pins this tree's collector (as checked by
+    /// [`LatchTree::check_guard`]) lives for `'g`.
+    #[inline(always)]
+    unsafe fn seek_unchecked<'g>(
+        &'g self,
+        attempt: impl FnMut(View<'g, Node<K, V>>) -> Option<Option<&'g Node<K, V>>>,
+    ) -> Option<Cursor<'g, Node<K, V>>> {
+        // As in `read`, for the guard the caller promises; the cursor steps
+        // only within 'g.
+        // SAFETY: so every node the seek and its cursor's steps can reach
+        // stays allocated for 'g.
+        unsafe { self.raw.seek(attempt) }
+    }
+}
+
+/// The step function of a point search for `key`: branch-free descent to a
+/// leaf, keeping in `cand` the last node whose key is <= `key`; the caller
+/// tests equality once, at the bottom.
+#[inline(always)]
+fn key_step<'n, 'q, K: Borrow<Q>, V, Q: Ord + ?Sized>(
+    key: &'q Q,
+    cand: &'q mut Option<&'n Node<K, V>>,
+) -> impl FnMut(&'n Node<K, V>) -> Option<Dir> {
+    move |n| {
+        let right = key.cmp(n.key.borrow()) != Ordering::Less;
+        *cand = if right { Some(n) } else { *cand };
+        Some(Dir::toward(right))
+    }
+}
+
+/// Whether `cand` (from [`key_step`]) holds `key`.
+#[inline(always)]
+fn exact<'a, K: Borrow<Q>, V, Q: Ord + ?Sized>(
+    key: &Q,
+    cand: Option<&'a Node<K, V>>,
+) -> Option<&'a Node<K, V>> {
+    cand.filter(|n| key.cmp(n.key.borrow()) == Ordering::Equal)
+}
+
+/// The step function of a bound search: for `toward_end == Right`
+/// (`upper_bound`) it keeps in `best` the last node below the bound (or
+/// equal, when `Included`), and the mirror image for `Left`.
+#[inline(always)]
+fn bound_step<'n, 'q, K: Borrow<Q>, V, Q: Ord + ?Sized>(
+    bound: Bound<&'q Q>,
+    toward_end: Dir,
+    best: &'q mut Option<&'n Node<K, V>>,
+) -> impl FnMut(&'n Node<K, V>) -> Option<Dir> {
+    let away = toward_end.flip();
+    move |n| {
+        let ok = match bound {
+            Bound::Unbounded => true,
+            Bound::Included(q) => {
+                let ord = n.key.borrow().cmp(q);
+                ord == Ordering::Equal || (ord == Ordering::Less) == (toward_end == Dir::Right)
+            }
+            Bound::Excluded(q) => {
+                let ord = n.key.borrow().cmp(q);
+                ord != Ordering::Equal && (ord == Ordering::Less) == (toward_end == Dir::Right)
+            }
+        };
+        *best = if ok { Some(n) } else { *best };
+        Some(if ok { toward_end } else { away })
+    }
+}
+
+/// A node's entry as the pair of references the API hands out.
+#[inline(always)]
+fn entry<K, V>(n: &Node<K, V>) -> (&K, &V) {
+    (&n.key, &n.value)
+}
+
+impl<K, V> Drop for LatchTree<K, V> {
+    fn drop(&mut self) {
+        free_nodes(self.raw.drain_nodes());
+    }
+}
+
+/// Frees nodes that no reader can reach any more (the tree's `Drop`, a bulk
+/// load that failed), dropping every one even if some `Drop` panics; the
+/// first panic is then resumed, or counted if the thread is already
+/// unwinding (resuming would abort the process).
+fn free_nodes<K, V>(nodes: impl IntoIterator<Item = NonNull<Node<K, V>>>) {
+    let mut panic = None;
+    for node in nodes {
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            // SAFETY: the caller hands over nodes that came from
+            // `Node::alloc`, are reachable by no reader and are freed once.
+            drop(unsafe { Box::from_raw(node.as_ptr()) });
+        }));
+        if let Err(p) = r {
+            if panic.is_some() || std::thread::panicking() {
+                crate::reclaim::count_swallowed_drop_panic();
+            } else {
+                panic = Some(p);
+            }
+        }
+    }
+    if let Some(p) = panic {
+        std::panic::resume_unwind(p);
+    }
+}
+
+impl<K, V> Default for LatchTree<K, V> {
+    /// An empty tree, as [`LatchTree::new`].
+    ///
+    /// ```
+    /// let tree: latchtree::LatchTree<u8, u8> = Default::default();
+    /// assert!(tree.is_empty());
+    /// ```
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<K: Ord + fmt::Debug, V: fmt::Debug> fmt::Debug for LatchTree<K, V> {
+    /// The entries of one version, as a map.
+    ///
+    /// ```
+    /// let tree: latchtree::LatchTree<_, _> = [(1, 'a')].into_iter().collect();
+    /// assert_eq!(format!("{tree:?}"), "{1: 'a'}");
+    /// ```
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let guard = self.pin();
+        f.debug_map().entries(self.snapshot(&guard)).finish()
+    }
+}
+
+impl<K: Ord + PartialEq, V: PartialEq> PartialEq for LatchTree<K, V> {
+    /// Compares one version of each tree (each read consistently on its
+    /// own; no version is shared between two trees).
+    ///
+    /// ```
+    /// let a: latchtree::LatchTree<_, _> = [(1, 'a'), (2, 'b')].into_iter().collect();
+    /// let b = latchtree::LatchTree::new();
+    /// b.insert(2, 'b');
+    /// assert_ne!(a, b);
+    /// b.insert(1, 'a');
+    /// assert_eq!(a, b);
+    /// ```
+    fn eq(&self, other: &Self) -> bool {
+        let (g1, g2) = (self.pin(), other.pin());
+        self.snapshot(&g1) == other.snapshot(&g2)
+    }
+}
+
+impl<K: Ord + Eq, V: Eq> Eq for LatchTree<K, V> {}
