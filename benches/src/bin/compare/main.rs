@@ -5,7 +5,7 @@
 //!
 //! Sections: single-threaded lookups at several sizes; the Linux kernel's
 //! `__module_address` workload (84 modules, 90% of addresses inside one);
-//! write costs; readers with and without a concurrent writer; memory per
+//! walks in key order (`iter`, `range`); write costs; readers with and without a concurrent writer; memory per
 //! entry (counting global allocator); "which loaded object holds this pc"
 //! against glibc's `_dl_find_object` and `dladdr`. Results also go to `DIR/compare.csv`,
 //! `DIR/lookup.svg` and `DIR/readers.svg`.
@@ -31,6 +31,7 @@
 mod alloc_count;
 mod chart;
 mod concurrent;
+mod iterate;
 mod lookups;
 mod measure;
 mod memory;
@@ -214,6 +215,25 @@ fn targets(rows: &[Row], readers_max: usize) -> Vec<String> {
         ns,
         le(1.2),
     );
+
+    // Walks in key order (issue "complete map API": within 3x of BTreeMap).
+    for case in [iterate::ITER, iterate::RANGE] {
+        let it = |s: &str| find(rows, "iterate", case, s);
+        line(
+            format!("{case} LatchTree vs BTreeMap"),
+            it(LATCHTREE),
+            it(BTREEMAP),
+            ns,
+            le(3.0),
+        );
+        line(
+            format!("{case} SkipMap vs BTreeMap"),
+            it(lookups::SKIPMAP),
+            it(BTREEMAP),
+            ns,
+            None,
+        );
+    }
 
     // Writes.
     for n in [84, 4096] {
@@ -401,8 +421,9 @@ fn main() -> Result<(), Box<dyn Error>> {
 
     let mut rows = Vec::new();
     let mut spent = Vec::new();
-    let sections: [(&str, Section); 5] = [
+    let sections: [(&str, Section); 6] = [
         ("lookups", lookups::run),
+        ("iterate", iterate::run),
         ("writes", writes::run),
         ("readers", concurrent::run),
         ("memory", memory::run),

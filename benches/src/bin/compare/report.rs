@@ -19,7 +19,7 @@ pub(crate) struct Row {
     pub(crate) structure: &'static str,
     /// The measured value, in `unit`.
     pub(crate) value: f64,
-    /// `ns/op`, `ns/batch` or `B/entry`.
+    /// `ns/op`, `ns/item`, `ns/batch` or `B/entry`.
     pub(crate) unit: &'static str,
     /// BTreeMap's value for the same case in the same run (the ratio's
     /// denominator); for concurrent rows, single-threaded BTreeMap.
