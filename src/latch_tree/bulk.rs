@@ -113,7 +113,8 @@ impl<K: Ord, V> LatchTree<K, V> {
         for (key, value) in entries {
             if let Some(last) = run.0.last_mut() {
                 // SAFETY: the run's nodes are ours and alive.
-                if unsafe { last.as_ref() }.key == key {
+                let last_key: &K = &unsafe { last.as_ref() }.key;
+                if last_key.cmp(&key) == core::cmp::Ordering::Equal {
                     // A later equal key replaces the earlier entry.
                     free_nodes([core::mem::replace(last, Node::alloc(key, value))]);
                     continue;
@@ -169,11 +170,19 @@ impl<K: Ord + Send + 'static, V: Send + 'static> Extend<(K, V)> for &LatchTree<K
     /// assert_eq!(tree.len(), 2);
     /// ```
     fn extend<I: IntoIterator<Item = (K, V)>>(&mut self, iter: I) {
+        // The caller's iterator (its `next`, its adapters' closures, the
+        // items it discards) runs here, before the writer lock is taken; and
+        // whatever the batch did not consume (an `Ord` panic stops it) is
+        // dropped after the lock is released, when `pending` goes out of
+        // scope, also while unwinding.
+        let mut pending: std::vec::IntoIter<(K, V)> =
+            iter.into_iter().collect::<Vec<_>>().into_iter();
         self.write(|batch| {
-            for (k, v) in iter {
+            for (k, v) in pending.by_ref() {
                 batch.insert(k, v);
             }
         });
+        drop(pending);
     }
 }
 
