@@ -445,11 +445,21 @@ impl<T> Gone<'_, T> {
 
 impl<T> Drop for Gone<'_, T> {
     fn drop(&mut self) {
+        let tables = &self.index.tables;
+        let arrays = tables.iter().any(|t| t.has_replaced());
+        if self.first.is_none() && !arrays {
+            return;
+        }
+        // Pinned after the lock: pinning may run deferred destructors.
+        let guard = self.index.pin();
+        if arrays {
+            for t in tables {
+                t.retire_replaced(&self.index.reclaim, &guard);
+            }
+        }
         let Some(first) = self.first.take() else {
             return;
         };
-        // Pinned after the lock: pinning may run deferred destructors.
-        let guard = self.index.pin();
         for rec in core::iter::once(first).chain(self.rest.drain(..)) {
             // SAFETY: `rec` left every copy of the tree and the table in a
             // transaction that has finished, so readers pinned from now on
@@ -650,11 +660,20 @@ impl<T: Send + Sync + 'static> AddrIndex<T> {
     #[doc(hidden)]
     /// Checks every structural invariant; for tests. Call it at rest.
     pub fn check_invariants(&self) -> Result<(), String> {
-        self.tree.check(|a, b| {
-            // Relaxed: under the writer lock.
-            a.end.load(Ordering::Relaxed) <= b.start.load(Ordering::Relaxed)
-                && a.start.load(Ordering::Relaxed) < a.end.load(Ordering::Relaxed)
-        })?;
+        // All of it under the writer lock: the tables and records it reads
+        // (with no guard) are stable and live only there.
+        self.tree.check_then(
+            |a, b| {
+                // Relaxed: under the writer lock.
+                a.end.load(Ordering::Relaxed) <= b.start.load(Ordering::Relaxed)
+                    && a.start.load(Ordering::Relaxed) < a.end.load(Ordering::Relaxed)
+            },
+            || self.check_tables(),
+        )
+    }
+
+    /// The checks of `check_invariants` beyond the tree's; writer lock held.
+    fn check_tables(&self) -> Result<(), String> {
         let snap = self.raw_snapshot();
         let want = snap
             .first()
@@ -674,6 +693,13 @@ impl<T: Send + Sync + 'static> AddrIndex<T> {
         if live.len() != self.tables[0].live() {
             return Err("module count disagrees with the table".into());
         }
+        let cap = [self.tables[0].capacity(), self.tables[1].capacity()];
+        if cap[0] != cap[1] || cap[0] > 4 * record::capacity(tables[0].len()) {
+            return Err(format!(
+                "table capacities {cap:?} for {} used slots",
+                tables[0].len()
+            ));
+        }
         let tombstones = tables[0].len() - live.len();
         if tombstones > live.len().max(record::COMPACT_MIN) {
             return Err(format!(
@@ -683,8 +709,9 @@ impl<T: Send + Sync + 'static> AddrIndex<T> {
         }
         let mut owned = 0;
         for &&(id, rec) in &live {
-            // SAFETY: at rest (the caller), live records are owned by the
-            // index and not retired.
+            // SAFETY: under the writer lock, with no transaction running,
+            // the records in table 0 are owned by the index and not retired
+            // (records are retired only once out of both tables).
             let r = unsafe { &*rec };
             if r.id != id {
                 return Err(format!("slot {id} holds the record of #{}", r.id));
