@@ -426,8 +426,9 @@ fn fields<T>(r: &Record<T>, s: &Segment) -> Fields<Record<T>> {
 }
 
 /// Records that left both copies of everything in a transaction, moved out
-/// of the writer state under the lock; retired through the epoch and
-/// flushed when dropped, after the lock (also while unwinding).
+/// of the writer state under the lock; retired through the epoch (with the
+/// module tables' replaced arrays) and flushed when dropped, after the lock
+/// (also while unwinding).
 struct Gone<'a, T> {
     index: &'a AddrIndex<T>,
     first: Option<NonNull<Record<T>>>,
@@ -445,21 +446,19 @@ impl<T> Gone<'_, T> {
 
 impl<T> Drop for Gone<'_, T> {
     fn drop(&mut self) {
-        let tables = &self.index.tables;
-        let arrays = tables.iter().any(|t| t.has_replaced());
-        if self.first.is_none() && !arrays {
-            return;
-        }
-        // Pinned after the lock: pinning may run deferred destructors.
-        let guard = self.index.pin();
-        if arrays {
-            for t in tables {
-                t.retire_replaced(&self.index.reclaim, &guard);
-            }
-        }
         let Some(first) = self.first.take() else {
             return;
         };
+        // Pinned after the lock: pinning may run deferred destructors.
+        let guard = self.index.pin();
+        // Arrays the tables replaced go with the records: a write that only
+        // inserts never pins (growth is geometric, so the arrays waiting
+        // meanwhile hold fewer slots than the published one).
+        for t in &self.index.tables {
+            if t.has_replaced() {
+                t.retire_replaced(&self.index.reclaim, &guard);
+            }
+        }
         for rec in core::iter::once(first).chain(self.rest.drain(..)) {
             // SAFETY: `rec` left every copy of the tree and the table in a
             // transaction that has finished, so readers pinned from now on

@@ -22,8 +22,10 @@
 //! in place: growing (and shrinking, when a compaction leaves it mostly
 //! empty) publishes a new array, and the replaced one, which pinned readers
 //! may still be reading, is queued on the table's *replaced* list (under the
-//! lock) and retired through the epoch after the lock
-//! ([`Table::retire_replaced`]). No `Box` or `&mut` is ever made again for
+//! lock) and retired through the epoch after the lock of the next write
+//! that retires a record ([`Table::retire_replaced`]; a write that only
+//! inserts never pins, and since growth doubles, the arrays waiting hold
+//! fewer slots than the published one). No `Box` or `&mut` is ever made again for
 //! a published array: readers hold `&Array` to it. Only pinned readers (and
 //! the writer) read arrays; the signal-safe `module_count` reads only the
 //! count. Readers bound every probe by the array's own length, which is
