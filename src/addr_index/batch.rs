@@ -426,8 +426,9 @@ fn fields<T>(r: &Record<T>, s: &Segment) -> Fields<Record<T>> {
 }
 
 /// Records that left both copies of everything in a transaction, moved out
-/// of the writer state under the lock; retired through the epoch and
-/// flushed when dropped, after the lock (also while unwinding).
+/// of the writer state under the lock; retired through the epoch (with the
+/// module tables' replaced arrays) and flushed when dropped, after the lock
+/// (also while unwinding).
 struct Gone<'a, T> {
     index: &'a AddrIndex<T>,
     first: Option<NonNull<Record<T>>>,
@@ -450,6 +451,14 @@ impl<T> Drop for Gone<'_, T> {
         };
         // Pinned after the lock: pinning may run deferred destructors.
         let guard = self.index.pin();
+        // Arrays the tables replaced go with the records: a write that only
+        // inserts never pins (growth is geometric, so the arrays waiting
+        // meanwhile hold fewer slots than the published one).
+        for t in &self.index.tables {
+            if t.has_replaced() {
+                t.retire_replaced(&self.index.reclaim, &guard);
+            }
+        }
         for rec in core::iter::once(first).chain(self.rest.drain(..)) {
             // SAFETY: `rec` left every copy of the tree and the table in a
             // transaction that has finished, so readers pinned from now on
@@ -650,11 +659,20 @@ impl<T: Send + Sync + 'static> AddrIndex<T> {
     #[doc(hidden)]
     /// Checks every structural invariant; for tests. Call it at rest.
     pub fn check_invariants(&self) -> Result<(), String> {
-        self.tree.check(|a, b| {
-            // Relaxed: under the writer lock.
-            a.end.load(Ordering::Relaxed) <= b.start.load(Ordering::Relaxed)
-                && a.start.load(Ordering::Relaxed) < a.end.load(Ordering::Relaxed)
-        })?;
+        // All of it under the writer lock: the tables and records it reads
+        // (with no guard) are stable and live only there.
+        self.tree.check_then(
+            |a, b| {
+                // Relaxed: under the writer lock.
+                a.end.load(Ordering::Relaxed) <= b.start.load(Ordering::Relaxed)
+                    && a.start.load(Ordering::Relaxed) < a.end.load(Ordering::Relaxed)
+            },
+            || self.check_tables(),
+        )
+    }
+
+    /// The checks of `check_invariants` beyond the tree's; writer lock held.
+    fn check_tables(&self) -> Result<(), String> {
         let snap = self.raw_snapshot();
         let want = snap
             .first()
@@ -674,6 +692,13 @@ impl<T: Send + Sync + 'static> AddrIndex<T> {
         if live.len() != self.tables[0].live() {
             return Err("module count disagrees with the table".into());
         }
+        let cap = [self.tables[0].capacity(), self.tables[1].capacity()];
+        if cap[0] != cap[1] || cap[0] > 4 * record::capacity(tables[0].len()) {
+            return Err(format!(
+                "table capacities {cap:?} for {} used slots",
+                tables[0].len()
+            ));
+        }
         let tombstones = tables[0].len() - live.len();
         if tombstones > live.len().max(record::COMPACT_MIN) {
             return Err(format!(
@@ -683,8 +708,9 @@ impl<T: Send + Sync + 'static> AddrIndex<T> {
         }
         let mut owned = 0;
         for &&(id, rec) in &live {
-            // SAFETY: at rest (the caller), live records are owned by the
-            // index and not retired.
+            // SAFETY: under the writer lock, with no transaction running,
+            // the records in table 0 are owned by the index and not retired
+            // (records are retired only once out of both tables).
             let r = unsafe { &*rec };
             if r.id != id {
                 return Err(format!("slot {id} holds the record of #{}", r.id));

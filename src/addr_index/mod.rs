@@ -203,12 +203,28 @@ struct Writer<T> {
 /// The index shares each value with the readers that may still see it
 /// through a guard, as an [`Arc`](std::sync::Arc): `remove` and `set_value`
 /// hand the caller a clone of it. The index lets go of its own reference
-/// once no guard pinned before the removal can still see it: **when no
-/// guard is held on any thread (the caller's included), that happens before
-/// `remove` (or `set_value`, or the `write` that removed it) returns**;
-/// otherwise at the first [`flush`](AddrIndex::flush) (or later removing
-/// write) after those guards are dropped, or at the latest when
-/// crossbeam-epoch's collector next runs on its own.
+/// once no guard pinned before the removal can still see it, through
+/// crossbeam-epoch's default collector, which frees deferred garbage in the
+/// order it was queued, a bounded amount per collection (crossbeam-epoch
+/// 0.9: at most 8 sealed bags). Every removing write, and
+/// [`flush`](AddrIndex::flush), collects for as long as that keeps freeing
+/// values removed from an `AddrIndex`, and then a few rounds more. So:
+///
+/// * **When no guard is held on any thread (the caller's included), the
+///   index's reference goes before `remove` (or `set_value`, or the `write`
+///   that removed it) returns**, even if values removed earlier (from any
+///   `AddrIndex`, while some guard was held) are still queued ahead of it:
+///   they go too. The one exception is garbage that *other* users of the
+///   default collector (a [`LatchTree`](crate::LatchTree), a crossbeam
+///   data structure…) queued ahead of it while a guard was held: up to 8
+///   bags of it are worked through; behind more, the value goes at a later
+///   `flush` or removing write, each of which works through at least 16
+///   more such bags (with no guard held).
+/// * While a guard is held elsewhere: at the first `flush` (or later
+///   removing write) after those guards are dropped, with the same
+///   exception; at the latest when crossbeam-epoch's collector next runs
+///   on its own.
+///
 /// The value itself is dropped when the last `Arc` goes: the index's, the
 /// caller's [`Removed`], or a clone the caller kept. A value is never dropped
 /// under the writer lock (values of rejected writes are handed back in an
@@ -297,9 +313,12 @@ impl<T> AddrIndex<T> {
 
     /// Drops removed values now if no other thread's guard can still see
     /// them (see [when a removed value is
-    /// dropped](AddrIndex#when-a-removed-value-is-dropped)). Writes that
-    /// removed something call it themselves; call it after dropping a guard
-    /// that kept a removed value alive.
+    /// dropped](AddrIndex#when-a-removed-value-is-dropped)): collects for as
+    /// long as that keeps freeing removed values, so a backlog queued while
+    /// a guard was held goes in one call. Writes that removed something call
+    /// it themselves; call it after dropping a guard that kept a removed
+    /// value alive. Cheap when nothing is pending; a few collector rounds
+    /// while a guard held elsewhere keeps values pending.
     ///
     /// ```
     /// use std::sync::Arc;

@@ -18,11 +18,20 @@
 //! so inserting appends). Removing a module leaves a tombstone (a null
 //! record); when tombstones outnumber live slots the array is compacted, so
 //! a table never holds more than twice its live modules (plus a minimum).
-//! Every slot word and the length are atomics; the array itself is
-//! type-stable: a grown table keeps its old array alive (chained from the
-//! new one) until the index is dropped, so a stale reader never reads freed
-//! memory. Readers bound every probe by the array's own length, which is
+//! Every slot word and the length are atomics. An array is never resized
+//! in place: growing (and shrinking, when a compaction leaves it mostly
+//! empty) publishes a new array, and the replaced one, which pinned readers
+//! may still be reading, is queued on the table's *replaced* list (under the
+//! lock) and retired through the epoch after the lock of the next write
+//! that retires a record ([`Table::retire_replaced`]; a write that only
+//! inserts never pins, and since growth doubles, the arrays waiting hold
+//! fewer slots than the published one). No `Box` or `&mut` is ever made again for
+//! a published array: readers hold `&Array` to it. Only pinned readers (and
+//! the writer) read arrays; the signal-safe `module_count` reads only the
+//! count. Readers bound every probe by the array's own length, which is
 //! immutable, so a torn `(array, len)` pair cannot take them out of bounds.
+//! Both tables have the same capacity after every transaction, at most four
+//! times what the used slots need.
 
 use super::types::Segments;
 use crate::reclaim::Reclaimer;
@@ -105,23 +114,40 @@ pub(crate) unsafe fn retire<T>(
     unsafe { reclaim.retire(guard, record.cast::<Retired<T>>()) };
 }
 
-/// Most pin-and-flush rounds [`flush`] runs: two suffice when no other
-/// thread holds a guard (a retired bag is freed two epochs after it was
-/// sealed), the rest work through other threads' garbage queued before it.
-/// While a guard held elsewhere keeps records pending, every flush spends
-/// them all: a small bound keeps that cheap.
-const FLUSH_ROUNDS: usize = 4;
+/// Rounds in a row in which [`flush`] may see no retired record dropped
+/// before it gives up. Two such rounds are needed after the last guard
+/// that held the epoch back is dropped (a bag is freed two epoch steps
+/// after it was sealed); the third lets through up to one collection's
+/// worth (crossbeam-epoch 0.9 frees at most 8 bags per collection) of
+/// other code's garbage queued between ours. While a guard held elsewhere
+/// keeps records pending, every flush spends these rounds: a small bound
+/// keeps that cheap.
+pub(crate) const FLUSH_PATIENCE: usize = 3;
 
-/// Runs the epoch's collector until every retired record was dropped, or
-/// for [`FLUSH_ROUNDS`] rounds (a guard held elsewhere stops the epoch).
-/// Call it with no guard pinned on this thread (it could not advance).
+/// Runs the epoch's collector until every retired record was dropped, for
+/// as long as each round (or one of the last [`FLUSH_PATIENCE`]) dropped
+/// some: a backlog of retired records (queued while a guard was held) is
+/// worked through completely, a guard held elsewhere (which stops the
+/// epoch) costs only the patience rounds. Bounded even while other threads
+/// keep retiring: at most as many progress rounds as records were pending
+/// at the start. Call it with no guard pinned on this thread (it could not
+/// advance).
 pub(crate) fn flush(reclaim: &Reclaimer) {
-    for _ in 0..FLUSH_ROUNDS {
-        // Acquire: see `Retired::drop`.
-        if PENDING.load(core::sync::atomic::Ordering::Acquire) == 0 {
-            return;
-        }
+    // Acquire: see `Retired::drop`.
+    let pending = || PENDING.load(core::sync::atomic::Ordering::Acquire);
+    let mut last = pending();
+    let mut progress_rounds = last;
+    let mut idle = 0;
+    while last != 0 && idle < FLUSH_PATIENCE {
         reclaim.pin().flush();
+        let now = pending();
+        if now < last && progress_rounds > 0 {
+            progress_rounds -= 1;
+            idle = 0;
+        } else {
+            idle += 1;
+        }
+        last = now;
     }
 }
 
@@ -131,11 +157,11 @@ struct Slot<T> {
     record: AtomicPtr<Record<T>>,
 }
 
-/// A table's array. `slots` is never resized; `prev` owns the array this
-/// one replaced (kept for stale readers, freed with the index).
+/// A table's array. `slots` is never resized; `replaced_next` links the
+/// table's list of replaced arrays (writer-only).
 struct Array<T> {
     slots: Box<[Slot<T>]>,
-    _prev: Option<Box<Array<T>>>,
+    replaced_next: AtomicPtr<Array<T>>,
 }
 
 /// One copy's module table; see the module docs.
@@ -145,6 +171,9 @@ pub(crate) struct Table<T> {
     len: AtomicUsize,
     /// Live slots: the module count.
     live: AtomicUsize,
+    /// Arrays this table stopped publishing, not yet retired: a push-only
+    /// list (pushed under the writer lock, taken whole after it).
+    replaced: AtomicPtr<Array<T>>,
 }
 
 /// Slot indices a transaction wrote in table 0, to be copied to table 1 on
@@ -173,6 +202,20 @@ impl Dirty {
 /// Compact once `len` exceeds this and tombstones outnumber live slots.
 pub(crate) const COMPACT_MIN: usize = 16;
 
+/// The capacity an array gets for `need` slots.
+pub(crate) fn capacity(need: usize) -> usize {
+    need.max(8).next_power_of_two()
+}
+
+/// The `(id, record)` of a slot.
+fn load<T>(s: &Slot<T>) -> (u64, *mut Record<T>) {
+    // Relaxed: validated by the latch (readers) or under the lock.
+    (
+        s.id.load(Ordering::Relaxed),
+        s.record.load(Ordering::Relaxed),
+    )
+}
+
 impl<T> Table<T> {
     crate::sync::const_fn_unless_loom! {
         pub(crate) fn new() -> Self {
@@ -180,28 +223,33 @@ impl<T> Table<T> {
                 array: AtomicPtr::new(ptr::null_mut()),
                 len: AtomicUsize::new(0),
                 live: AtomicUsize::new(0),
+                replaced: AtomicPtr::new(ptr::null_mut()),
             }
         }
     }
 
-    /// The array's slots, or none. Readers and the writer.
+    /// The array's slots, or none. Pinned readers and the writer.
     #[inline]
     fn slots(&self) -> &[Slot<T>] {
-        // Acquire: pairs with the Release store in `grow`, so the array a
-        // reader loads is initialized (even a stale reader's, which then
-        // fails validation but must not read uninitialized memory).
+        // Acquire: pairs with the Release swap in `replace_array`, so the
+        // array a reader loads is initialized (even a stale reader's, which
+        // then fails validation but must not read uninitialized memory).
         let a = self.array.load(Ordering::Acquire);
-        // SAFETY: `array` is null or points to an array that lives as long
-        // as the index (arrays are freed only in `free`, which needs
-        // `&mut` of the index's owner).
+        // SAFETY: `array` is null or points to an array that stays
+        // allocated while the caller may use it: the writer (under the
+        // lock) only reads the published array; a replaced array is retired
+        // through the epoch after the lock (`retire_replaced`), so it
+        // outlives every guard pinned while it could still be loaded here;
+        // the index's drop (`free`) needs `&mut`. No `&mut` or `Box` to a
+        // published array is made again, so `&Array` is valid.
         unsafe { a.as_ref() }.map_or(&[], |a| &a.slots)
     }
 
-    /// Binary search for `id` over the used prefix. Never out of bounds,
-    /// whatever a torn read gives (the length is clamped to the array's).
+    /// Binary search for `id` over the used prefix of `slots` (this
+    /// table's). Never out of bounds, whatever a torn read gives (the
+    /// length is clamped to the array's).
     #[inline]
-    fn position(&self, id: u64) -> Result<usize, usize> {
-        let slots = self.slots();
+    fn position(&self, slots: &[Slot<T>], id: u64) -> Result<usize, usize> {
         // Relaxed: validated by the latch (readers) or under the lock.
         let len = self.len.load(Ordering::Relaxed).min(slots.len());
         slots[..len].binary_search_by_key(&id, |s| s.id.load(Ordering::Relaxed))
@@ -211,9 +259,10 @@ impl<T> Table<T> {
     /// answer is meaningful only once the latch validated it.
     #[inline]
     pub(crate) fn find(&self, id: u64) -> *mut Record<T> {
-        match self.position(id) {
+        let slots = self.slots();
+        match self.position(slots, id) {
             // Relaxed: validated by the latch, like every word read here.
-            Ok(i) => self.slots()[i].record.load(Ordering::Relaxed),
+            Ok(i) => slots[i].record.load(Ordering::Relaxed),
             Err(_) => ptr::null_mut(),
         }
     }
@@ -240,35 +289,56 @@ impl<T> Table<T> {
     // away from this table's copy: every store below is then either never
     // seen by a validating reader or caught by its re-check, `raw::latch`).
 
-    /// An array with room for `need` slots, the used ones copied over.
-    fn grow(&self, need: usize) {
-        let old = self.array.load(Ordering::Relaxed);
-        let len = self.len.load(Ordering::Relaxed);
-        let cap = (need.max(8)).next_power_of_two();
+    /// Publishes a fresh array of `cap` slots, the first ones from `used`,
+    /// and queues the one it replaces for retirement.
+    fn replace_array(&self, cap: usize, used: impl IntoIterator<Item = (u64, *mut Record<T>)>) {
+        let mut used = used.into_iter();
         let slots: Box<[Slot<T>]> = (0..cap)
-            .map(|i| {
-                let (id, record) =
-                    self.slots()
-                        .get(i)
-                        .filter(|_| i < len)
-                        .map_or((0, ptr::null_mut()), |s| {
-                            (
-                                s.id.load(Ordering::Relaxed),
-                                s.record.load(Ordering::Relaxed),
-                            )
-                        });
+            .map(|_| {
+                let (id, record) = used.next().unwrap_or((0, ptr::null_mut()));
                 Slot {
                     id: AtomicU64::new(id),
                     record: AtomicPtr::new(record),
                 }
             })
             .collect();
-        // SAFETY: `old` is null or came from `Box::into_raw` below, and is
-        // owned by the table alone; it moves into the new array's `prev`.
-        let prev = NonNull::new(old).map(|p| unsafe { Box::from_raw(p.as_ptr()) });
-        let new = Box::into_raw(Box::new(Array { slots, _prev: prev }));
+        let new = Box::into_raw(Box::new(Array {
+            slots,
+            replaced_next: AtomicPtr::new(ptr::null_mut()),
+        }));
         // Release: pairs with the Acquire load in `slots`.
-        self.array.store(new, Ordering::Release);
+        let old = self.array.swap(new, Ordering::Release);
+        let Some(old) = NonNull::new(old) else {
+            return;
+        };
+        // Push-only list (no ABA: nothing is popped singly).
+        let mut head = self.replaced.load(Ordering::Relaxed);
+        loop {
+            // SAFETY: `old` came from `Box::into_raw` here and is no longer
+            // published; only this list refers to it now, and its
+            // `replaced_next` is read only by whoever takes the list.
+            unsafe { old.as_ref() }
+                .replaced_next
+                .store(head, Ordering::Relaxed);
+            // Release: pairs with the Acquire swap in `retire_replaced`,
+            // which then sees `replaced_next` and the unpublishing swap.
+            match self.replaced.compare_exchange_weak(
+                head,
+                old.as_ptr(),
+                Ordering::Release,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return,
+                Err(h) => head = h,
+            }
+        }
+    }
+
+    /// An array with room for `need` slots, the used ones copied over.
+    fn grow(&self, need: usize) {
+        let slots = self.slots();
+        let len = self.len.load(Ordering::Relaxed).min(slots.len());
+        self.replace_array(capacity(need), slots[..len].iter().map(load));
     }
 
     fn set_slot(&self, i: usize, id: u64, record: *mut Record<T>) {
@@ -292,29 +362,30 @@ impl<T> Table<T> {
 
     /// Points the live slot of `id` at `record`.
     pub(crate) fn set(&self, id: u64, record: NonNull<Record<T>>, dirty: &mut Dirty) {
-        let i = self.position(id).expect("set of a registered id");
+        let i = self
+            .position(self.slots(), id)
+            .expect("set of a registered id");
         self.set_slot(i, id, record.as_ptr());
         dirty.add(i, i + 1);
     }
 
-    /// Tombstones the live slot of `id`, compacting if tombstones dominate.
+    /// Tombstones the live slot of `id`, compacting if tombstones dominate
+    /// (into a smaller array if the live slots fill less than a quarter).
     pub(crate) fn remove(&self, id: u64, dirty: &mut Dirty) {
-        let i = self.position(id).expect("remove of a registered id");
+        let slots = self.slots();
+        let i = self.position(slots, id).expect("remove of a registered id");
         self.set_slot(i, id, ptr::null_mut());
         let live = self.live() - 1;
         self.live.store(live, Ordering::Relaxed);
         dirty.add(i, i + 1);
         let len = self.len.load(Ordering::Relaxed);
         if len > COMPACT_MIN && live * 2 < len {
-            let slots = self.slots();
-            let mut to = 0;
-            for (from, s) in slots[..len].iter().enumerate() {
-                let r = s.record.load(Ordering::Relaxed);
-                if !r.is_null() {
-                    if to != from {
-                        self.set_slot(to, s.id.load(Ordering::Relaxed), r);
-                    }
-                    to += 1;
+            let kept = slots[..len].iter().map(load).filter(|s| !s.1.is_null());
+            if slots.len() >= 4 * capacity(live) {
+                self.replace_array(2 * capacity(live), kept);
+            } else {
+                for (to, (id, r)) in kept.enumerate() {
+                    self.set_slot(to, id, r);
                 }
             }
             self.len.store(live, Ordering::Relaxed);
@@ -323,48 +394,78 @@ impl<T> Table<T> {
     }
 
     /// Makes this table equal to `src` on the slots in `dirty` (and in
-    /// length and count), given that they were equal elsewhere.
+    /// length, count and capacity), given that they were equal elsewhere.
     pub(crate) fn sync_from(&self, src: &Table<T>, dirty: Dirty) {
         let len = src.len.load(Ordering::Relaxed);
+        let cap = src.slots().len();
+        if self.slots().len() != cap {
+            // The slots below `len` outside `dirty` are equal; the rest is
+            // unused.
+            let slots = self.slots();
+            self.replace_array(cap, slots.iter().take(len).map(load));
+        }
         if let Some((lo, hi)) = dirty.0 {
             let hi = hi.min(len);
-            if hi > self.slots().len() {
-                self.grow(hi);
-            }
             for (i, s) in src.slots().iter().enumerate().take(hi).skip(lo) {
-                self.set_slot(
-                    i,
-                    s.id.load(Ordering::Relaxed),
-                    s.record.load(Ordering::Relaxed),
-                );
+                let (id, r) = load(s);
+                self.set_slot(i, id, r);
             }
         }
         self.len.store(len, Ordering::Relaxed);
         self.live.store(src.live(), Ordering::Relaxed);
     }
 
+    /// Whether arrays wait in the replaced list. A hint, for skipping
+    /// [`retire_replaced`](Table::retire_replaced) cheaply.
+    #[inline]
+    pub(crate) fn has_replaced(&self) -> bool {
+        // Relaxed: a hint; `retire_replaced` synchronizes.
+        !self.replaced.load(Ordering::Relaxed).is_null()
+    }
+
+    /// Retires every array in the replaced list through the epoch. Call it
+    /// after the writer lock (the first pin must not be taken under it).
+    pub(crate) fn retire_replaced(&self, reclaim: &Reclaimer, guard: &crossbeam_epoch::Guard) {
+        // Acquire: pairs with the Release CAS in `replace_array`.
+        let mut next = self.replaced.swap(ptr::null_mut(), Ordering::Acquire);
+        while let Some(a) = NonNull::new(next) {
+            // SAFETY: taking the list made this thread its only owner; the
+            // array is still allocated (retired below, once).
+            next = unsafe { a.as_ref() }.replaced_next.load(Ordering::Relaxed);
+            // SAFETY: `a` came from `Box::into_raw` in `replace_array` and
+            // was unpublished before it was pushed (so a guard pinned after
+            // this thread took the list cannot load it), and it is retired
+            // once: the swap above took it out of the list for good.
+            unsafe { reclaim.retire(guard, a) };
+        }
+    }
+
     /// `(id, record)` of every used slot, for the invariant checker.
     pub(crate) fn dump(&self) -> Vec<(u64, *mut Record<T>)> {
-        let len = self.len.load(Ordering::Relaxed);
-        self.slots()[..len]
-            .iter()
-            .map(|s| {
-                (
-                    s.id.load(Ordering::Relaxed),
-                    s.record.load(Ordering::Relaxed),
-                )
-            })
-            .collect()
+        let slots = self.slots();
+        let len = self.len.load(Ordering::Relaxed).min(slots.len());
+        slots[..len].iter().map(load).collect()
+    }
+
+    /// The array's capacity, for the invariant checker.
+    pub(crate) fn capacity(&self) -> usize {
+        self.slots().len()
     }
 
     /// Frees the arrays (not the records).
     pub(crate) fn free(&mut self) {
-        let a = self.array.load(Ordering::Relaxed);
-        self.array.store(ptr::null_mut(), Ordering::Relaxed);
+        let published = self.array.swap(ptr::null_mut(), Ordering::Relaxed);
+        let mut next = self.replaced.swap(ptr::null_mut(), Ordering::Relaxed);
         self.len.store(0, Ordering::Relaxed);
-        if let Some(a) = NonNull::new(a) {
-            // SAFETY: `a` came from `Box::into_raw` in `grow`; `&mut self`:
-            // no reader is left.
+        let mut arrays = vec![published];
+        while let Some(a) = NonNull::new(next) {
+            arrays.push(a.as_ptr());
+            // SAFETY: `&mut self`: the list is this table's alone.
+            next = unsafe { a.as_ref() }.replaced_next.load(Ordering::Relaxed);
+        }
+        for a in arrays.into_iter().filter_map(NonNull::new) {
+            // SAFETY: each came from `Box::into_raw` in `replace_array` and
+            // is in the table once; `&mut self`: no reader is left.
             drop(unsafe { Box::from_raw(a.as_ptr()) });
         }
     }

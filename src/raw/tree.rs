@@ -351,6 +351,16 @@ impl<N: Linked, W> RawTree<N, W> {
     /// Checks every structural invariant (see `raw::check`); takes the
     /// writer lock.
     pub(crate) fn check(&self, less: impl Fn(&N, &N) -> bool) -> Result<(), String> {
+        self.check_then(less, || Ok(()))
+    }
+
+    /// [`check`](RawTree::check), then the front-end's own checks `then`,
+    /// all under one hold of the writer lock.
+    pub(crate) fn check_then(
+        &self,
+        less: impl Fn(&N, &N) -> bool,
+        then: impl FnOnce() -> Result<(), String>,
+    ) -> Result<(), String> {
         let _w = lock(&self.writer);
         let s = &self.shared;
         super::check::check(
@@ -361,7 +371,8 @@ impl<N: Linked, W> RawTree<N, W> {
                 s.lens[1].load(Ordering::Relaxed),
             ],
             less,
-        )
+        )?;
+        then()
     }
 }
 
