@@ -27,6 +27,7 @@ use super::slab::Fields;
 use super::types::{ModuleId, ModuleMeta, RawHit, Removed, Segment, Segments};
 use super::{AddrIndex, Ending, Node, Writer};
 use crate::raw::{Dir, Slot, Txn};
+use crate::reclaim::WriterScope;
 use crate::sync::Ordering;
 use core::cell::Cell;
 use core::fmt;
@@ -515,6 +516,12 @@ impl<T: Send + Sync + 'static> AddrIndex<T> {
             first: None,
             rest: Vec::new(),
         };
+        // From before the lock until after it (dropped before `gone`, whose
+        // flush must run the destructors it collects, not postpone them): a
+        // deferred destructor that a pin inside `f` (a guarded read in the
+        // batch) would otherwise run under the lock is postponed until the
+        // scope ends (`reclaim::WriterScope`, as for `LatchTree` writes).
+        let _scope = WriterScope::enter();
         let end = Cell::new(Ending::Rollback);
         self.tree.write(
             |txn, w| {
