@@ -461,10 +461,11 @@ impl<T> Drop for Gone<'_, T> {
             }
         }
         for rec in core::iter::once(first).chain(self.rest.drain(..)) {
-            // SAFETY: `rec` left every copy of the tree and the table in a
-            // transaction that has finished, so readers pinned from now on
-            // cannot reach it; each record is taken out of a version once
-            // and pushed here once; `guard` pins the default collector.
+            // `rec` left every copy of the tree and the table in a
+            // transaction that has finished; each record is taken out of a
+            // version once and pushed here once.
+            // SAFETY: so readers pinned from now on cannot reach it, and it
+            // is retired once; `guard` pins the default collector.
             unsafe { record::retire(&self.index.reclaim, &guard, rec) };
         }
         // The first round of `flush` (hand the records to the collector,

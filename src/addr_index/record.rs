@@ -235,13 +235,13 @@ impl<T> Table<T> {
         // array a reader loads is initialized (even a stale reader's, which
         // then fails validation but must not read uninitialized memory).
         let a = self.array.load(Ordering::Acquire);
-        // SAFETY: `array` is null or points to an array that stays
-        // allocated while the caller may use it: the writer (under the
-        // lock) only reads the published array; a replaced array is retired
-        // through the epoch after the lock (`retire_replaced`), so it
-        // outlives every guard pinned while it could still be loaded here;
-        // the index's drop (`free`) needs `&mut`. No `&mut` or `Box` to a
-        // published array is made again, so `&Array` is valid.
+        // The writer (under the lock) only reads the published array; a
+        // replaced array is retired through the epoch after the lock
+        // (`retire_replaced`), so it outlives every guard pinned while it
+        // could still be loaded here; the index's drop (`free`) needs
+        // `&mut`; no `&mut` or `Box` to a published array is made again.
+        // SAFETY: so `array` is null or points to an array that stays
+        // allocated, and may be shared, while the caller may use it.
         unsafe { a.as_ref() }.map_or(&[], |a| &a.slots)
     }
 
@@ -432,10 +432,11 @@ impl<T> Table<T> {
             // SAFETY: taking the list made this thread its only owner; the
             // array is still allocated (retired below, once).
             next = unsafe { a.as_ref() }.replaced_next.load(Ordering::Relaxed);
-            // SAFETY: `a` came from `Box::into_raw` in `replace_array` and
-            // was unpublished before it was pushed (so a guard pinned after
-            // this thread took the list cannot load it), and it is retired
-            // once: the swap above took it out of the list for good.
+            // `a` came from `Box::into_raw` in `replace_array` and was
+            // unpublished before it was pushed, so a guard pinned after this
+            // thread took the list cannot load it.
+            // SAFETY: and it is retired once: the swap above took it out of
+            // the list for good.
             unsafe { reclaim.retire(guard, a) };
         }
     }

@@ -63,10 +63,11 @@ impl<K, V> Run<K, V> {
     /// Links the run into `tree`, which must be empty; one write.
     fn build_into(mut self, tree: &mut LatchTree<K, V>) {
         debug_assert!(tree.raw.len() == 0);
-        // SAFETY: `tree` is empty and exclusively borrowed; the nodes are
-        // fresh, distinct, in no tree, in strictly increasing key order
-        // (every caller checks or establishes it), and owned by the tree
-        // from now on (taken out of the run).
+        // `tree` is empty and exclusively borrowed; the nodes are fresh,
+        // distinct and in no tree.
+        // SAFETY: and in strictly increasing key order (every caller checks
+        // or establishes it), owned by the tree from now on (taken out of
+        // the run).
         unsafe { tree.raw.build(&self.0) };
         self.0.clear();
     }
