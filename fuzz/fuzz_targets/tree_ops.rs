@@ -204,8 +204,8 @@ fuzz_target!(|ops: Vec<Op>| {
             }
             Op::Retain(m) => {
                 let m = u32::from(m.max(1));
-                tree.retain(|k, v| (u32::from(*k) + v) % m != 0);
-                model.retain(|k, v| (u32::from(*k) + *v) % m != 0);
+                tree.retain(|k, v| u32::from(*k).wrapping_add(*v) % m != 0);
+                model.retain(|k, v| u32::from(*k).wrapping_add(*v) % m != 0);
             }
             Op::Clear => {
                 tree.clear();
