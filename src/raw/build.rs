@@ -35,6 +35,11 @@ impl<N: Linked, W> RawTree<N, W> {
             // any means, and a reader's Acquire load of the root pairs with it.
             s.roots[copy].store(root, super::links::link_store_order());
             s.lens[copy].store(nodes.len(), Ordering::Relaxed);
+            let side = super::rbtree::Side::new(&s.roots[copy], copy);
+            // SAFETY: the copy is the valid red-black tree just linked.
+            let depth = unsafe { side.depth_bound() };
+            // Relaxed: as the lengths; `&mut self` excludes readers.
+            s.depths[copy].store(depth, Ordering::Relaxed);
         }
         s.latch.count_write();
     }

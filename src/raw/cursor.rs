@@ -79,6 +79,7 @@ impl<N: Linked, W> RawTree<N, W> {
             attempt(View {
                 root: &s.roots[copy],
                 len: &s.lens[copy],
+                depth: &s.depths[copy],
                 copy,
             })
         });

@@ -267,6 +267,7 @@ fn chain(h: &Harness, n: usize) -> Vec<NonNull<Node>> {
         }
         h.tree.shared.roots[copy].store(nodes[0].as_ptr(), crate::sync::Ordering::Release);
         h.tree.shared.lens[copy].store(n, crate::sync::Ordering::Relaxed);
+        h.tree.shared.depths[copy].store(n, crate::sync::Ordering::Relaxed);
     }
     nodes
 }

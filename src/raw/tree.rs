@@ -40,6 +40,10 @@ pub(super) struct Shared<N> {
     pub(super) latch: Latch,
     pub(super) roots: [AtomicPtr<N>; 2],
     pub(super) lens: [AtomicUsize; 2],
+    /// Per copy, a bound on the number of nodes of its longest root-to-nil
+    /// path, published with the copy (`RawTree::publish`): a reader's
+    /// descent takes exactly this many steps (see [`View::descend`]).
+    pub(super) depths: [AtomicUsize; 2],
 }
 
 /// Two copies of a red-black tree behind a seqcount latch, plus the
@@ -116,6 +120,7 @@ pub(crate) struct Txn<'t, N> {
 pub(crate) struct View<'g, N> {
     pub(super) root: &'g AtomicPtr<N>,
     pub(super) len: &'g AtomicUsize,
+    pub(super) depth: &'g AtomicUsize,
     pub(super) copy: usize,
 }
 
@@ -138,6 +143,7 @@ impl<N: Linked, W> RawTree<N, W> {
                         AtomicPtr::new(ptr::null_mut()),
                     ],
                     lens: [AtomicUsize::new(0), AtomicUsize::new(0)],
+                    depths: [AtomicUsize::new(0), AtomicUsize::new(0)],
                 },
                 writer: Mutex::new(Locked {
                     state: writer,
@@ -165,6 +171,7 @@ impl<N: Linked, W> RawTree<N, W> {
             attempt(View {
                 root: &s.roots[copy],
                 len: &s.lens[copy],
+                depth: &s.depths[copy],
                 copy,
             })
         })
@@ -306,6 +313,9 @@ impl<N: Linked, W> RawTree<N, W> {
         }
     }
 
+    /// Hands copy `copy`'s extremes to the front-end's `publish` and
+    /// publishes the copy's descent depth (see [`View::descend`]).
+    ///
     /// # Safety
     /// Writer lock held; copy `copy` holds only live nodes.
     unsafe fn publish(&self, copy: usize, publish: &mut impl FnMut(usize, Option<&N>, Option<&N>)) {
@@ -315,6 +325,10 @@ impl<N: Linked, W> RawTree<N, W> {
             let first = side.extreme(Dir::Left);
             let last = side.extreme(Dir::Right);
             publish(copy, first.as_ref(), last.as_ref());
+            // Relaxed: a word of copy `copy`, written while readers are
+            // steered away from it and published to them, like its links,
+            // by the next flip (`Latch::flip`'s Release store).
+            self.shared.depths[copy].store(side.depth_bound(), Ordering::Relaxed);
         }
     }
 
@@ -369,6 +383,10 @@ impl<N: Linked, W> RawTree<N, W> {
             [
                 s.lens[0].load(Ordering::Relaxed),
                 s.lens[1].load(Ordering::Relaxed),
+            ],
+            [
+                s.depths[0].load(Ordering::Relaxed),
+                s.depths[1].load(Ordering::Relaxed),
             ],
             less,
         )?;
@@ -583,27 +601,59 @@ impl<'g, N: Linked> View<'g, N> {
         self.copy
     }
 
-    /// Bounded descent from the root. `step` returns the direction to go on,
-    /// or `None` to stop. Returns `None` if the walk exceeded [`MAX_DEPTH`]
-    /// (only possible in a copy that is being rewritten).
+    /// Descends from the root, calling `step` on each node of one
+    /// root-to-nil path; `step` returns the direction to go on, or `None` to
+    /// stay on this node. Returns `None` if the copy's published depth is
+    /// beyond [`MAX_DEPTH`] (only possible in a copy being rewritten).
+    ///
+    /// **Fixed trip count, no data-dependent branch.** The walk takes exactly
+    /// the copy's published depth bound of steps (`RawTree::publish`): where
+    /// a path ends early, it stands still on its last node (a select, not a
+    /// branch), so `step` must give the same answer when called again on the
+    /// same node (every search here keeps a candidate, which is idempotent).
+    /// A loop that exits at a nil link mispredicts its exit whenever leaves
+    /// sit at different depths, and each mispredict also stops the CPU from
+    /// overlapping the next lookup with this one.
+    ///
+    /// The bound is read like any word of the copy: a torn one (from a newer
+    /// version) makes the read fail validation, and it never exceeds
+    /// [`MAX_DEPTH`] steps, so no torn shape can loop a reader.
     #[inline(always)]
     pub(crate) fn descend(self, mut step: impl FnMut(&'g N) -> Option<Dir>) -> Option<()> {
         // Acquire: pairs with the Release root store.
         let mut cur = self.root.load(Ordering::Acquire);
-        for _ in 0..MAX_DEPTH {
-            // SAFETY: by `RawTree::read`'s contract every pointer a reader
-            // can load from this tree points to memory valid for 'g.
-            let Some(node) = (unsafe { cur.as_ref() }) else {
-                return Some(());
-            };
-            match step(node) {
-                None => return Some(()),
-                Some(dir) => cur = node.links(self.copy).load_child(dir),
-            }
+        if cur.is_null() {
+            return Some(());
         }
-        // `MAX_DEPTH` nodes visited: a path of exactly that many nodes ends
-        // here (the checker accepts it), a longer one is torn.
-        cur.is_null().then_some(())
+        if cfg!(latchtree_defect = "no_depth_cap") {
+            // The planted defect: the unbounded loop-until-nil descent.
+            // SAFETY: as below.
+            while let Some(node) = unsafe { cur.as_ref() } {
+                match step(node) {
+                    None => return Some(()),
+                    Some(dir) => cur = node.links(self.copy).load_child(dir),
+                }
+            }
+            return Some(());
+        }
+        // Relaxed: validated by the latch like every word of this copy.
+        let trips = self.depth.load(Ordering::Relaxed);
+        if trips > MAX_DEPTH {
+            return None;
+        }
+        for _ in 0..trips {
+            // SAFETY: `cur` is never null here (the root was not, and a null
+            // child is never taken), and by `RawTree::read`'s contract every
+            // pointer a reader can load from this tree points to memory
+            // valid for 'g.
+            let node = unsafe { &*cur };
+            let next = match step(node) {
+                Some(dir) => node.links(self.copy).load_child(dir),
+                None => ptr::null_mut(),
+            };
+            cur = core::hint::select_unpredictable(next.is_null(), cur, next);
+        }
+        Some(())
     }
 
     /// Visits every node in key order. Returns `None` (torn read) if the walk
