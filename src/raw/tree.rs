@@ -38,12 +38,34 @@ pub(crate) const MAX_DEPTH: usize = if cfg!(latchtree_defect = "no_depth_cap") {
 /// The part of the tree readers can see.
 pub(super) struct Shared<N> {
     pub(super) latch: Latch,
-    pub(super) roots: [AtomicPtr<N>; 2],
-    pub(super) lens: [AtomicUsize; 2],
-    /// Per copy, a bound on the number of nodes of its longest root-to-nil
+    pub(super) heads: [Head<N>; 2],
+}
+
+/// What a reader of one copy reads before its first node. Each copy's head
+/// has its own pair of cache lines (128 bytes: adjacent-line prefetch pairs
+/// lines), so that the writer, which stores to a copy's head only while
+/// readers are steered away from that copy, never invalidates the line that
+/// readers of the other copy are reading.
+#[repr(align(128))]
+pub(super) struct Head<N> {
+    pub(super) root: AtomicPtr<N>,
+    pub(super) len: AtomicUsize,
+    /// A bound on the number of nodes of the copy's longest root-to-nil
     /// path, published with the copy (`RawTree::publish`): a reader's
     /// descent takes exactly this many steps (see [`View::descend`]).
-    pub(super) depths: [AtomicUsize; 2],
+    pub(super) depth: AtomicUsize,
+}
+
+impl<N> Head<N> {
+    crate::sync::const_fn_unless_loom! {
+        fn new() -> Self {
+            Head {
+                root: AtomicPtr::new(ptr::null_mut()),
+                len: AtomicUsize::new(0),
+                depth: AtomicUsize::new(0),
+            }
+        }
+    }
 }
 
 /// Two copies of a red-black tree behind a seqcount latch, plus the
@@ -138,12 +160,7 @@ impl<N: Linked, W> RawTree<N, W> {
             RawTree {
                 shared: Shared {
                     latch: Latch::new(),
-                    roots: [
-                        AtomicPtr::new(ptr::null_mut()),
-                        AtomicPtr::new(ptr::null_mut()),
-                    ],
-                    lens: [AtomicUsize::new(0), AtomicUsize::new(0)],
-                    depths: [AtomicUsize::new(0), AtomicUsize::new(0)],
+                    heads: [Head::new(), Head::new()],
                 },
                 writer: Mutex::new(Locked {
                     state: writer,
@@ -169,9 +186,9 @@ impl<N: Linked, W> RawTree<N, W> {
         let s = &self.shared;
         s.latch.read(|copy| {
             attempt(View {
-                root: &s.roots[copy],
-                len: &s.lens[copy],
-                depth: &s.depths[copy],
+                root: &s.heads[copy].root,
+                len: &s.heads[copy].len,
+                depth: &s.heads[copy].depth,
                 copy,
             })
         })
@@ -181,7 +198,7 @@ impl<N: Linked, W> RawTree<N, W> {
     pub(crate) fn len(&self) -> usize {
         let s = &self.shared;
         s.latch
-            .read(|copy| Some(s.lens[copy].load(Ordering::Relaxed)))
+            .read(|copy| Some(s.heads[copy].len.load(Ordering::Relaxed)))
     }
 
     /// `(reads retried, writes done)`.
@@ -247,7 +264,7 @@ impl<N: Linked, W> RawTree<N, W> {
                 // SAFETY: writer lock held; copy 0 holds only live nodes.
                 unsafe { self.publish(0, &mut publish) };
                 s.latch.flip(); // even: readers move to the new copy 0
-                let side = Side::new(&s.roots[1], 1);
+                let side = Side::new(&s.heads[1].root, 1);
                 for op in log.iter() {
                     // The ops were valid on copy 0 in this order, and copy 1
                     // had the same shape before the first one.
@@ -258,12 +275,16 @@ impl<N: Linked, W> RawTree<N, W> {
                             Op::Insert { node, parent, dir } => side.insert(node, parent, dir),
                             Op::Erase(node) => side.erase(node),
                             Op::Replace { old, new } => side.replace(old, new),
-                            Op::Clear(_) => s.roots[1].store(ptr::null_mut(), link_store_order()),
+                            Op::Clear(_) => {
+                                s.heads[1].root.store(ptr::null_mut(), link_store_order())
+                            }
                             Op::Discard(_) => {}
                         }
                     }
                 }
-                s.lens[1].store(s.lens[0].load(Ordering::Relaxed), Ordering::Relaxed);
+                s.heads[1]
+                    .len
+                    .store(s.heads[0].len.load(Ordering::Relaxed), Ordering::Relaxed);
                 // SAFETY: writer lock held; copy 1 holds only live nodes.
                 unsafe { self.publish(1, &mut publish) };
                 s.latch.count_write();
@@ -319,7 +340,7 @@ impl<N: Linked, W> RawTree<N, W> {
     /// # Safety
     /// Writer lock held; copy `copy` holds only live nodes.
     unsafe fn publish(&self, copy: usize, publish: &mut impl FnMut(usize, Option<&N>, Option<&N>)) {
-        let side = Side::new(&self.shared.roots[copy], copy);
+        let side = Side::new(&self.shared.heads[copy].root, copy);
         // SAFETY: the extremes are null or live nodes (caller).
         unsafe {
             let first = side.extreme(Dir::Left);
@@ -328,7 +349,9 @@ impl<N: Linked, W> RawTree<N, W> {
             // Relaxed: a word of copy `copy`, written while readers are
             // steered away from it and published to them, like its links,
             // by the next flip (`Latch::flip`'s Release store).
-            self.shared.depths[copy].store(side.depth_bound(), Ordering::Relaxed);
+            self.shared.heads[copy]
+                .depth
+                .store(side.depth_bound(), Ordering::Relaxed);
         }
     }
 
@@ -339,14 +362,18 @@ impl<N: Linked, W> RawTree<N, W> {
     unsafe fn rollback(&self) {
         let s = &self.shared;
         // SAFETY: copy 1 is the last committed version: only live nodes.
-        let nodes = unsafe { nodes_in_order(s.roots[1].load(Ordering::Relaxed), 1) };
+        let nodes = unsafe { nodes_in_order(s.heads[1].root.load(Ordering::Relaxed), 1) };
         for n in nodes {
             // SAFETY: `n` is live.
             let node = unsafe { n.as_ref() };
             node.links(0).copy_from(node.links(1));
         }
-        s.roots[0].store(s.roots[1].load(Ordering::Relaxed), link_store_order());
-        s.lens[0].store(s.lens[1].load(Ordering::Relaxed), Ordering::Relaxed);
+        s.heads[0]
+            .root
+            .store(s.heads[1].root.load(Ordering::Relaxed), link_store_order());
+        s.heads[0]
+            .len
+            .store(s.heads[1].len.load(Ordering::Relaxed), Ordering::Relaxed);
     }
 
     /// Every node, in key order; for the front-end's `Drop`.
@@ -354,10 +381,10 @@ impl<N: Linked, W> RawTree<N, W> {
         let s = &self.shared;
         // SAFETY: `&mut self`: no transaction runs, copy 0 holds only live
         // nodes.
-        let nodes = unsafe { nodes_in_order(s.roots[0].load(Ordering::Relaxed), 0) };
+        let nodes = unsafe { nodes_in_order(s.heads[0].root.load(Ordering::Relaxed), 0) };
         for copy in 0..2 {
-            s.roots[copy].store(ptr::null_mut(), Ordering::Relaxed);
-            s.lens[copy].store(0, Ordering::Relaxed);
+            s.heads[copy].root.store(ptr::null_mut(), Ordering::Relaxed);
+            s.heads[copy].len.store(0, Ordering::Relaxed);
         }
         nodes
     }
@@ -379,14 +406,14 @@ impl<N: Linked, W> RawTree<N, W> {
         let s = &self.shared;
         super::check::check(
             s.latch.seq(),
-            [&s.roots[0], &s.roots[1]],
+            [&s.heads[0].root, &s.heads[1].root],
             [
-                s.lens[0].load(Ordering::Relaxed),
-                s.lens[1].load(Ordering::Relaxed),
+                s.heads[0].len.load(Ordering::Relaxed),
+                s.heads[1].len.load(Ordering::Relaxed),
             ],
             [
-                s.depths[0].load(Ordering::Relaxed),
-                s.depths[1].load(Ordering::Relaxed),
+                s.heads[0].depth.load(Ordering::Relaxed),
+                s.heads[1].depth.load(Ordering::Relaxed),
             ],
             less,
         )?;
@@ -445,7 +472,7 @@ pub(crate) unsafe fn nodes_in_order<N: Linked>(root: *mut N, copy: usize) -> Vec
 
 impl<'t, N: Linked> Txn<'t, N> {
     fn side(&self) -> Side<'t, N> {
-        Side::new(&self.shared.roots[0], 0)
+        Side::new(&self.shared.heads[0].root, 0)
     }
 
     /// Flips `seq` to odd before the first change.
@@ -487,11 +514,11 @@ impl<'t, N: Linked> Txn<'t, N> {
 
     /// The number of nodes in the version being built.
     pub(crate) fn len(&self) -> usize {
-        self.shared.lens[0].load(Ordering::Relaxed)
+        self.shared.heads[0].len.load(Ordering::Relaxed)
     }
 
     fn add_len(&self, delta: isize) {
-        let l = &self.shared.lens[0];
+        let l = &self.shared.heads[0].len;
         l.store(
             l.load(Ordering::Relaxed).wrapping_add_signed(delta),
             Ordering::Relaxed,
@@ -558,8 +585,10 @@ impl<'t, N: Linked> Txn<'t, N> {
         let root = self.side().root();
         // Release: a reader that loads the new root pairs with it as with
         // any root store (there is nothing behind a null root to publish).
-        self.shared.roots[0].store(ptr::null_mut(), link_store_order());
-        self.shared.lens[0].store(0, Ordering::Relaxed);
+        self.shared.heads[0]
+            .root
+            .store(ptr::null_mut(), link_store_order());
+        self.shared.heads[0].len.store(0, Ordering::Relaxed);
         if !root.is_null() {
             self.log.push(Op::Clear(root));
         }
