@@ -219,16 +219,27 @@ impl<K, V> Writer<K, V> {
 /// tree keeps its previous contents, and the panic propagates to the writer.
 /// An `Ord` that is not a total order cannot cause undefined behaviour or
 /// make a reader loop; lookups may then miss entries, as with `BTreeMap`.
-/// A panic in `K`'s or `V`'s `Drop` while a retired entry is reclaimed in the
-/// background is caught and counted by
+/// A panic in `K`'s or `V`'s `Drop` while a removed entry is reclaimed is
+/// caught and counted by
 /// [`swallowed_drop_panics`](crate::swallowed_drop_panics).
-/// No `K` or `V` is ever dropped under the writer lock: a retired entry
-/// whose destructor would run inside a write (a reader pinning inside a
-/// batch closure can trigger that) is postponed until the write has
-/// released its lock, so a `Drop` may itself write to the tree. During
-/// `drop` of the tree, the other entries are still dropped and the first
-/// panic is then resumed, unless the thread is already unwinding: then it
-/// is counted instead (resuming it would abort the process).
+/// During `drop` of the tree, the other entries are still dropped and the
+/// first panic from a live entry is then resumed, unless the thread is
+/// already unwinding: then it is counted instead (resuming it would abort
+/// the process).
+///
+/// # When a removed entry is dropped
+///
+/// By the tree's writer, never by a reader: a removed (or replaced) entry
+/// waits, with the writer, until no guard pinned before its removal is
+/// left, and is then dropped by a later write of this tree (after its lock
+/// is released), by [`flush`](LatchTree::flush), or when the tree is
+/// dropped, on the thread that does it. Readers' pins only run a tiny
+/// announcement (at most one per tree per epoch step), never a `K` or `V`
+/// `Drop`. No `K` or `V` is ever dropped under a writer lock: a write nested
+/// in another tree's batch closure leaves what it would drop until that
+/// outer write has released its lock, so a `Drop` may itself write to
+/// either tree. The memory of a dropped entry is reused by later inserts
+/// (up to 64 nodes per tree are kept for that).
 ///
 /// # Iteration and `&LatchTree` in `for` loops
 ///

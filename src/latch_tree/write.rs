@@ -3,9 +3,9 @@
 //! No user code runs under the writer lock except `K`'s `Ord`: closures
 //! (`get_or_insert_with`'s `f`, `retain`'s predicate) run before the write,
 //! a rejected value is handed back out of it, and entries that leave the
-//! tree are retired after the lock is released, inside a
-//! [`WriterScope`](crate::reclaim::WriterScope) that postpones any deferred
-//! destructor that would otherwise run under the lock.
+//! tree wait in the writer's limbo (`reclaim::Limbo`) until their grace
+//! period passed; a later write drops them after its lock is released
+//! ([`Reclaiming`]), and recycles their nodes.
 
 use super::{Batch, LatchTree, Node, entry};
 use crate::raw::Dir;
@@ -17,7 +17,8 @@ use crossbeam_epoch::Guard;
 impl<K: Ord + Send + 'static, V: Send + 'static> LatchTree<K, V> {
     /// Inserts `key → value`. Returns `true` if the key was new; otherwise
     /// the entry gets the new key and value, and the old ones are dropped
-    /// once no reader can see them.
+    /// once no reader can see them (see [when a removed entry is
+    /// dropped](LatchTree#when-a-removed-entry-is-dropped)).
     ///
     /// ```
     /// let tree = latchtree::LatchTree::new();
@@ -246,6 +247,11 @@ impl<K: Ord + Send + 'static, V: Send + 'static> LatchTree<K, V> {
     /// keeps the entries its last writes removed until the next write,
     /// `flush`, or its drop. Cheap when nothing waits.
     ///
+    /// When no guard is held, one call frees everything, unless the
+    /// collector holds much other garbage queued ahead of this tree's (it
+    /// frees a bounded amount per round, oldest first; e.g. after a guard
+    /// held elsewhere for a long time): then a later call finishes.
+    ///
     /// # Panics
     /// If called inside a [`write`](LatchTree::write) of this tree.
     ///
@@ -294,14 +300,18 @@ impl<K: Ord + Send + 'static, V: Send + 'static> LatchTree<K, V> {
 }
 
 /// Rounds in a row in which [`LatchTree::flush`] may free nothing before it
-/// gives up: an announcement needs two epoch steps after it was sealed,
-/// and one more round takes what it announced.
-const FLUSH_PATIENCE: usize = 3;
+/// gives up. An announcement needs two epoch steps after it was sealed and
+/// one more round takes what it announced; crossbeam frees at most 8 sealed
+/// bags per collection, first in first out, so the rest lets through other
+/// garbage queued ahead of the announcement (a guard held elsewhere keeps
+/// all of it queued, and then every flush spends these rounds: a small
+/// bound keeps that cheap).
+const FLUSH_PATIENCE: usize = 6;
 
 /// The most rounds one [`LatchTree::flush`] runs (each frees a whole
 /// announced backlog, so a few suffice; the bound keeps a flush finite
 /// while other threads keep writing).
-const FLUSH_ROUNDS: usize = 16;
+const FLUSH_ROUNDS: usize = 32;
 
 /// A node that was in the tree (or just left it) during a write that
 /// finished after `guard` pinned, borrowed for the guard's lifetime.
@@ -309,8 +319,9 @@ const FLUSH_ROUNDS: usize = 16;
 /// # Safety
 /// `node` came from this tree and was in it at some point of a write that
 /// started after `guard` pinned (and `guard` pins this tree's collector).
-/// Then it is retired, if ever, after `guard` pinned, so crossbeam frees it
-/// only after `guard` is gone.
+/// Then it is retired, if ever, after `guard` pinned, and the limbo frees or
+/// recycles it only after an announcement deferred after that retirement
+/// has run, which crossbeam does only after `guard` is gone.
 unsafe fn removed<K, V>(node: NonNull<Node<K, V>>, _guard: &Guard) -> &Node<K, V> {
     // SAFETY: caller.
     unsafe { node.as_ref() }
