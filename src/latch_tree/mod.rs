@@ -74,15 +74,15 @@ impl<K, V> Node<K, V> {
     /// value, and no reader can reach it any more (its grace period passed).
     unsafe fn drop_entry(node: NonNull<Self>) {
         let p = node.as_ptr();
-        // SAFETY (both): the caller hands over the only access to a node
-        // whose key and value are initialized; each is dropped once, and a
-        // panic in the key's `Drop` still lets the value's run.
-        let key = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| unsafe {
-            ptr::drop_in_place(&raw mut (*p).key)
+        let key = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            // SAFETY: the caller hands over the only access to a node whose
+            // key and value are initialized; the key is dropped once.
+            unsafe { ptr::drop_in_place(&raw mut (*p).key) }
         }));
-        // SAFETY: as above.
-        let value = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| unsafe {
-            ptr::drop_in_place(&raw mut (*p).value)
+        // A panic in the key's `Drop` still lets the value's run.
+        let value = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            // SAFETY: as above, for the value.
+            unsafe { ptr::drop_in_place(&raw mut (*p).value) }
         }));
         for r in [key, value] {
             if r.is_err() {
