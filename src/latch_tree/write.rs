@@ -7,8 +7,8 @@
 //! period passed; a later write drops them after its lock is released
 //! ([`Reclaiming`]), and recycles their nodes.
 
-use super::{Batch, LatchTree, Node, entry};
-use crate::raw::Dir;
+use super::{Batch, LatchTree, Node, Writer, entry};
+use crate::raw::{Dir, Txn};
 use crate::reclaim::{Job, WriterScope, in_writer_scope, postpone_drop};
 use core::borrow::Borrow;
 use core::ptr::{self, NonNull};
@@ -218,25 +218,42 @@ impl<K: Ord + Send + 'static, V: Send + 'static> LatchTree<K, V> {
     /// assert_eq!(counters.get("hits", &latchtree::pin()), Some(&1));
     /// ```
     pub fn write<R>(&self, f: impl FnOnce(&mut Batch<'_, K, V>) -> R) -> R {
-        // Declared before the scope, so dropped after it, once the writer
-        // lock is released: drops what became due (postponed if this write
-        // is nested in another's scope) and runs the limbo's job.
+        self.transact(|txn, w| {
+            w.shells.take_returned(&self.returned);
+            f(&mut Batch::new(txn, &mut w.shells))
+        })
+        .0
+    }
+
+    /// Runs `body` as a transaction, with the limbo's part of it: hands out
+    /// what became due before `body`, retires what the transaction releases,
+    /// and, once the writer lock is released, drops the due entries
+    /// (postponed if this write is nested in another's scope) and runs the
+    /// limbo's job ([`Reclaiming`]). Also returns whether anything was due.
+    fn transact<R>(
+        &self,
+        body: impl for<'b> FnOnce(&'b mut Txn<'b, Node<K, V>>, &'b mut Writer<K, V>) -> R,
+    ) -> (R, bool) {
+        // Dropped after the scope below ends, so after the writer lock is
+        // released, also when unwinding.
         let mut reclaiming = Reclaiming {
             tree: self,
             due: ptr::null_mut(),
             job: None,
         };
-        let _scope = WriterScope::enter();
-        let Reclaiming { due, job, .. } = &mut reclaiming;
-        self.raw.write(
-            |txn, w| {
-                w.limbo.begin(|node| push_due(due, node));
-                w.shells.take_returned(&self.returned);
-                f(&mut Batch::new(txn, &mut w.shells))
-            },
-            |_, _, _| {},
-            |w, node| w.limbo.retire(node, job),
-        )
+        let r = {
+            let _scope = WriterScope::enter();
+            let Reclaiming { due, job, .. } = &mut reclaiming;
+            self.raw.write(
+                |txn, w| {
+                    w.limbo.begin(|node| push_due(due, node));
+                    body(txn, w)
+                },
+                |_, _, _| {},
+                |w, node| w.limbo.retire(node, job),
+            )
+        };
+        (r, !reclaiming.due.is_null())
     }
 
     /// Frees what earlier writes removed and no reader can see any more
@@ -266,35 +283,17 @@ impl<K: Ord + Send + 'static, V: Send + 'static> LatchTree<K, V> {
     /// ```
     pub fn flush(&self) {
         let mut idle = 0;
-        let mut rounds = 0;
-        while idle < FLUSH_PATIENCE && rounds < FLUSH_ROUNDS {
-            rounds += 1;
-            let mut left = false;
-            let mut reclaiming = Reclaiming {
-                tree: self,
-                due: ptr::null_mut(),
-                job: None,
-            };
-            {
-                let _scope = WriterScope::enter();
-                let Reclaiming { due, job, .. } = &mut reclaiming;
-                // A write that changes nothing (no flip, not counted).
-                self.raw.write(
-                    |_, w| {
-                        w.limbo.begin(|node| push_due(due, node));
-                        *job = w.limbo.job(true);
-                        left = !w.limbo.is_empty();
-                    },
-                    |_, _, _| {},
-                    |_, _| {},
-                );
-            }
-            let freed = !reclaiming.due.is_null();
-            drop(reclaiming);
-            if !left {
-                return;
+        for _ in 0..FLUSH_ROUNDS {
+            // A write that changes nothing (no flip, not counted).
+            let ((job, left), freed) =
+                self.transact(|_, w| (w.limbo.job(true), !w.limbo.is_empty()));
+            if let Some(job) = job {
+                job.run(&self.reclaim);
             }
             idle = if freed { 0 } else { idle + 1 };
+            if !left || idle == FLUSH_PATIENCE {
+                return;
+            }
         }
     }
 }
