@@ -39,9 +39,9 @@
 //! *postponed* to a thread-local list that the outermost scope drains after
 //! its writer lock is released. crossbeam runs deferred closures inside
 //! *any* pin that collects (a thread's outermost pin, every 128th; any
-//! `flush`), so what is still deferred through the epoch by this crate (the
-//! address index's module-table arrays, and whatever runs a user `Drop`)
-//! goes through the same postponement.
+//! `flush`), so what this crate still defers through the epoch (the address
+//! index's records, whose drop may drop a user value, and its module-table
+//! arrays: [`Reclaimer::retire`]) goes through the same postponement.
 //!
 //! A panic from a user `Drop` during reclamation cannot be propagated to
 //! anyone useful (it belongs to an entry removed by an earlier write); it is
