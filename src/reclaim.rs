@@ -357,9 +357,17 @@ impl Job {
     /// Runs the job; call it after the writer lock is released (pinning may
     /// run deferred closures).
     pub(crate) fn run(self, reclaim: &Reclaimer) {
+        self.run_collecting(reclaim, 1);
+    }
+
+    /// [`run`](Job::run), collecting `collects` times (re-pinning in
+    /// between, so that the epoch may advance): crossbeam frees at most 8
+    /// sealed bags per collection, oldest first, so a backlog of other
+    /// garbage queued ahead of the announcement needs several.
+    pub(crate) fn run_collecting(self, reclaim: &Reclaimer, collects: usize) {
         #[cfg(not(latchtree_loom))]
         {
-            let guard = reclaim.pin();
+            let mut guard = reclaim.pin();
             if let Some((passed, period)) = self.announce {
                 // Release: pairs with the Acquire load in `Limbo::passed`;
                 // the closure runs only after every guard pinned before this
@@ -373,10 +381,14 @@ impl Job {
             // global queue now rather than after 63 more deferrals) and
             // collects, which advances the epoch if it can.
             guard.flush();
+            for _ in 1..collects {
+                guard.repin();
+                guard.flush();
+            }
         }
         #[cfg(latchtree_loom)]
         {
-            let _ = reclaim;
+            let _ = (reclaim, collects);
         }
     }
 }

@@ -70,12 +70,14 @@ fn removed_values_are_dropped_by_the_writer_never_in_a_readers_pin() {
         tree.insert(k * 2, Val::new(k * 2, &log));
     }
     let done = AtomicBool::new(false);
+    let running = std::sync::atomic::AtomicUsize::new(0);
     let readers: Vec<thread::ThreadId> = thread::scope(|s| {
         let handles: Vec<_> = (0..2)
             .map(|_| {
-                let (tree, collector, done) = (&tree, &collector, &done);
+                let (tree, collector, done, running) = (&tree, &collector, &done, &running);
                 s.spawn(move || {
                     let handle = collector.register();
+                    running.fetch_add(1, Release);
                     while !done.load(Acquire) {
                         let g = handle.pin();
                         assert!(tree.get(&4, &g).is_some());
@@ -85,6 +87,9 @@ fn removed_values_are_dropped_by_the_writer_never_in_a_readers_pin() {
                 })
             })
             .collect();
+        while running.load(Acquire) < 2 {
+            thread::yield_now();
+        }
         let mut id = 1_000;
         for i in 0..size(20_000, 300) {
             let k = (i % 16) * 2 + 1;
@@ -95,8 +100,13 @@ fn removed_values_are_dropped_by_the_writer_never_in_a_readers_pin() {
         done.store(true, Release);
         handles.into_iter().map(|h| h.join().unwrap()).collect()
     });
-    tree.flush();
     let removed = size(20_000, 300) as usize;
+    // One call, usually; more if much epoch garbage queued up (see `flush`).
+    let mut calls = 0;
+    while log.dropped() < removed && calls < 100 {
+        tree.flush();
+        calls += 1;
+    }
     assert_eq!(log.dropped(), removed, "flush left removed values alive");
     let dropped = log.dropped.lock().unwrap().clone();
     for (id, t) in dropped {

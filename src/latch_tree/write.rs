@@ -288,7 +288,7 @@ impl<K: Ord + Send + 'static, V: Send + 'static> LatchTree<K, V> {
             let ((job, left), freed) =
                 self.transact(|_, w| (w.limbo.job(true), !w.limbo.is_empty()));
             if let Some(job) = job {
-                job.run(&self.reclaim);
+                job.run_collecting(&self.reclaim, FLUSH_COLLECTS);
             }
             idle = if freed { 0 } else { idle + 1 };
             if !left || idle == FLUSH_PATIENCE {
@@ -300,12 +300,16 @@ impl<K: Ord + Send + 'static, V: Send + 'static> LatchTree<K, V> {
 
 /// Rounds in a row in which [`LatchTree::flush`] may free nothing before it
 /// gives up. An announcement needs two epoch steps after it was sealed and
-/// one more round takes what it announced; crossbeam frees at most 8 sealed
-/// bags per collection, first in first out, so the rest lets through other
+/// one more round takes what it announced; the rest lets through other
 /// garbage queued ahead of the announcement (a guard held elsewhere keeps
 /// all of it queued, and then every flush spends these rounds: a small
 /// bound keeps that cheap).
 const FLUSH_PATIENCE: usize = 6;
+
+/// Collections per [`LatchTree::flush`] round: crossbeam frees at most 8
+/// sealed bags per collection, oldest first, so this lets each round work
+/// through up to 64 bags of other garbage queued ahead of the tree's.
+const FLUSH_COLLECTS: usize = 8;
 
 /// The most rounds one [`LatchTree::flush`] runs (each frees a whole
 /// announced backlog, so a few suffice; the bound keeps a flush finite
