@@ -1,26 +1,51 @@
 //! The reclamation seam: how nodes that left both copies are freed.
 //!
-//! Normally a retired node is handed to crossbeam-epoch and freed once every
-//! guard pinned before the retirement is gone. Under `cfg(latchtree_loom)` the epoch is
-//! invisible to the model checker (crossbeam keys its own loom support on a
-//! different cfg), so retired nodes go to a graveyard that is emptied when
-//! the tree is dropped, at the end of the model: loom then explores the latch
-//! and the link stores, which is what it must see.
+//! # Writer-side reclamation ([`Limbo`])
+//!
+//! A front-end keeps what its transactions retire in a [`Limbo`], under its
+//! writer lock, tagged with the transaction's *period* (a counter that grows
+//! by one per transaction). Nothing user-visible is handed to
+//! crossbeam-epoch: at most one tiny *announcement* per tree is outstanding
+//! at a time, a closure that stores "every period up to `p` is past its
+//! grace period" into an atomic shared with the tree (an `Arc`, since the
+//! closure may run after the tree is gone). The tree's own later writes
+//! (and its `flush`, and its `Drop`) take what was announced and free or
+//! recycle it, after the writer lock is released. So a reader's pin that
+//! collects runs at most one trivial closure per grace period of a busy
+//! writer, never a destructor of the writer's garbage.
+//!
+//! Why one announcement covers every older period: it is deferred after the
+//! writer lock of period `p` was released, so after every item of every
+//! period `<= p` left both copies. crossbeam runs it only after every guard
+//! pinned at the time of the `defer` is dropped; a guard pinned later cannot
+//! reach those items, and one pinned earlier is among those waited for.
+//! While an announcement is outstanding, newer periods wait for the next
+//! one; a writer that finds its garbage still waiting every
+//! [`HELP_EVERY`] retiring transactions flushes its thread's epoch bag to
+//! push the epoch along (a writer with no readers at all would otherwise
+//! never see its announcement run).
+//!
+//! Under `cfg(latchtree_loom)` the epoch is invisible to the model checker
+//! (crossbeam keys its own loom support on a different cfg), so nothing is
+//! ever announced: the limbo is a graveyard emptied when the tree is
+//! dropped, at the end of the model, and loom explores the latch and the
+//! link stores, which is what it must see.
 //!
 //! # No user `Drop` under a writer lock
 //!
-//! crossbeam runs deferred destructors inside *any* pin that collects (a
-//! thread's outermost pin, every 128th; any `flush`), so a reader that pins
-//! inside a batch closure could run a retired entry's `Drop` under the writer
-//! lock, where a `Drop` that writes to the same tree cannot take effect.
-//! Hence every write runs inside a [`WriterScope`], and a deferred destructor
-//! that finds its thread inside one does not run there: it is *postponed* to
-//! a thread-local list that the outermost scope drains after the writer lock
-//! is released. This holds whatever collector or handle the pin came from.
+//! The writer drops what the limbo hands it after releasing its lock, and
+//! only when its thread is inside no other [`WriterScope`] (a write
+//! nested in another tree's batch closure); otherwise each item is
+//! *postponed* to a thread-local list that the outermost scope drains after
+//! its writer lock is released. crossbeam runs deferred closures inside
+//! *any* pin that collects (a thread's outermost pin, every 128th; any
+//! `flush`), so what this crate still defers through the epoch (the address
+//! index's records, whose drop may drop a user value, and its module-table
+//! arrays: [`Reclaimer::retire`]) goes through the same postponement.
 //!
-//! A panic from a deferred destructor cannot be propagated to anyone (it
-//! runs at an arbitrary point, inside some pin); it is caught and counted
-//! ([`swallowed_drop_panics`]).
+//! A panic from a user `Drop` during reclamation cannot be propagated to
+//! anyone useful (it belongs to an entry removed by an earlier write); it is
+//! caught and counted ([`swallowed_drop_panics`]).
 
 use core::cell::{Cell, RefCell};
 use core::ptr::NonNull;
@@ -268,5 +293,209 @@ impl Drop for Reclaimer {
             // dropping the tree means no reader is left.
             unsafe { (r.drop)(r.ptr) };
         }
+    }
+}
+
+/// Whether this thread is inside a [`WriterScope`]: then nothing that may
+/// run user code should be dropped here (see [`postpone_drop`]).
+pub(crate) fn in_writer_scope() -> bool {
+    WRITE_DEPTH.with(Cell::get) > 0
+}
+
+/// Postpones dropping the `Box<T>` behind `ptr` until this thread leaves
+/// its outermost [`WriterScope`] (right away if it is in none, or if its
+/// thread-locals are being destroyed).
+///
+/// # Safety
+/// `ptr` came from `Box::<T>::into_raw`, no reader can reach it any more,
+/// and it is not used again.
+pub(crate) unsafe fn postpone_drop<T>(ptr: NonNull<T>) {
+    // SAFETY: caller.
+    unsafe { drop_or_postpone::<T>(ptr.cast()) };
+}
+
+/// Retiring transactions between two flushes a writer does to push the
+/// epoch along while its announcement is outstanding (see the module docs).
+pub(crate) const HELP_EVERY: u32 = 32;
+
+/// What a transaction retired, waiting for its grace period; kept under
+/// the writer lock. See the module docs.
+pub(crate) struct Limbo<T> {
+    /// Retired items with their period, oldest first.
+    queue: std::collections::VecDeque<(u64, T)>,
+    /// The running (or last) transaction's period.
+    period: u64,
+    /// The period the outstanding (or last) announcement covers.
+    announced: u64,
+    /// Whether the running transaction retired anything yet.
+    retiring: bool,
+    /// Retiring transactions since the announcement or the last help.
+    since_help: u32,
+    /// The period announced as past its grace period; made on first use.
+    #[cfg(not(latchtree_loom))]
+    passed: Option<std::sync::Arc<crate::sync::AtomicU64>>,
+}
+
+impl<T> core::fmt::Debug for Limbo<T> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Limbo")
+            .field("waiting", &self.queue.len())
+            .field("period", &self.period)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What a writer does after its lock for its [`Limbo`]: announce a period
+/// (defer the closure) and flush its epoch bag.
+#[must_use]
+pub(crate) struct Job {
+    #[cfg(not(latchtree_loom))]
+    announce: Option<(std::sync::Arc<crate::sync::AtomicU64>, u64)>,
+}
+
+impl Job {
+    /// Runs the job; call it after the writer lock is released (pinning may
+    /// run deferred closures).
+    pub(crate) fn run(self, reclaim: &Reclaimer) {
+        self.run_collecting(reclaim, 1);
+    }
+
+    /// [`run`](Job::run), collecting `collects` times (re-pinning in
+    /// between, so that the epoch may advance): crossbeam frees at most 8
+    /// sealed bags per collection, oldest first, so a backlog of other
+    /// garbage queued ahead of the announcement needs several.
+    pub(crate) fn run_collecting(self, reclaim: &Reclaimer, collects: usize) {
+        #[cfg(not(latchtree_loom))]
+        {
+            let mut guard = reclaim.pin();
+            if let Some((passed, period)) = self.announce {
+                // Release: pairs with the Acquire load in `Limbo::passed`;
+                // the closure runs only after every guard pinned before this
+                // `defer` is gone (crossbeam), which happens-before it, so
+                // the writer that sees the store frees after those guards.
+                guard.defer(move || {
+                    passed.fetch_max(period, crate::sync::Ordering::Release);
+                });
+            }
+            // Seals this thread's bag (so the announcement reaches the
+            // global queue now rather than after 63 more deferrals) and
+            // collects, which advances the epoch if it can.
+            guard.flush();
+            for _ in 1..collects {
+                guard.repin();
+                guard.flush();
+            }
+        }
+        #[cfg(latchtree_loom)]
+        {
+            let _ = (reclaim, collects);
+        }
+    }
+}
+
+impl<T> Limbo<T> {
+    crate::sync::const_fn_unless_loom! {
+        pub(crate) fn new() -> Self {
+            Limbo {
+                queue: std::collections::VecDeque::new(),
+                period: 0,
+                announced: 0,
+                retiring: false,
+                since_help: 0,
+                #[cfg(not(latchtree_loom))]
+                passed: None,
+            }
+        }
+    }
+
+    /// The latest period announced as past its grace period.
+    fn passed(&self) -> u64 {
+        #[cfg(not(latchtree_loom))]
+        {
+            // Acquire: pairs with the Release `fetch_max` of the
+            // announcement (see `Job::run`).
+            self.passed
+                .as_ref()
+                .map_or(0, |p| p.load(crate::sync::Ordering::Acquire))
+        }
+        #[cfg(latchtree_loom)]
+        {
+            0
+        }
+    }
+
+    /// Starts a transaction (under the writer lock): hands every item whose
+    /// grace period has passed to `due`, to be freed after the lock.
+    pub(crate) fn begin(&mut self, mut due: impl FnMut(T)) {
+        self.period += 1;
+        self.retiring = false;
+        if self.queue.is_empty() {
+            return;
+        }
+        let passed = self.passed();
+        while let Some(&(p, _)) = self.queue.front() {
+            if p > passed {
+                break;
+            }
+            if let Some((_, item)) = self.queue.pop_front() {
+                due(item);
+            }
+        }
+    }
+
+    /// Retires `item`, which left every copy readers can reach in the
+    /// running transaction (under the writer lock). The first retirement of
+    /// a transaction may set `job`.
+    pub(crate) fn retire(&mut self, item: T, job: &mut Option<Job>) {
+        self.queue.push_back((self.period, item));
+        if !self.retiring {
+            self.retiring = true;
+            *job = self.job(false);
+        }
+    }
+
+    /// What to do after the lock for the waiting items: announce the
+    /// latest period if no announcement is outstanding, else (every
+    /// [`HELP_EVERY`] calls, or always if `always_help`) flush.
+    pub(crate) fn job(&mut self, always_help: bool) -> Option<Job> {
+        let latest = self.queue.back()?.0;
+        if self.passed() >= self.announced {
+            if latest <= self.announced {
+                // Announced and passed: due at the next `begin`.
+                return None;
+            }
+            self.announced = latest;
+            self.since_help = 0;
+            #[cfg(not(latchtree_loom))]
+            {
+                let passed = self
+                    .passed
+                    .get_or_insert_with(|| std::sync::Arc::new(crate::sync::AtomicU64::new(0)));
+                return Some(Job {
+                    announce: Some((std::sync::Arc::clone(passed), latest)),
+                });
+            }
+            #[cfg(latchtree_loom)]
+            return Some(Job {});
+        }
+        self.since_help += 1;
+        if always_help || self.since_help >= HELP_EVERY {
+            self.since_help = 0;
+            return Some(Job {
+                #[cfg(not(latchtree_loom))]
+                announce: None,
+            });
+        }
+        None
+    }
+
+    /// Whether nothing waits.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.queue.is_empty()
+    }
+
+    /// Takes every waiting item (for the owner's `Drop`: no reader is left).
+    pub(crate) fn drain(&mut self) -> impl Iterator<Item = T> + '_ {
+        self.queue.drain(..).map(|(_, item)| item)
     }
 }

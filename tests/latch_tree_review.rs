@@ -46,7 +46,7 @@ fn drop_time_writes_from_deferred_drops_are_never_lost() {
         if COMPANIONS.is_empty() {
             break;
         }
-        latchtree::pin().flush();
+        COMPANIONS.flush();
         std::thread::yield_now();
     }
     assert_eq!(
@@ -129,7 +129,7 @@ fn panicking_ord_with_a_writing_drop_does_not_abort() {
             if FICKLE_LOG.contains_key(&666) {
                 break;
             }
-            latchtree::pin().flush();
+            FICKLE.flush();
             std::thread::yield_now();
         }
         assert!(FICKLE_LOG.contains_key(&666), "the key's Drop did not run");

@@ -1,7 +1,7 @@
 //! [`Batch`]: the writer's handle inside
 //! [`LatchTree::write`](crate::LatchTree::write), which reads its own writes.
 
-use super::{Node, bound_step, entry, exact, key_step};
+use super::{Node, Shells, bound_step, entry, exact, key_step};
 use crate::raw::{Dir, Slot, Txn};
 use core::borrow::Borrow;
 use core::cmp::Ordering;
@@ -30,6 +30,8 @@ use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 /// ```
 pub struct Batch<'t, K, V> {
     txn: &'t mut Txn<'t, Node<K, V>>,
+    /// Where new nodes come from (recycled shells first).
+    shells: &'t mut Shells<K, V>,
 }
 
 impl<K, V> fmt::Debug for Batch<'_, K, V> {
@@ -55,8 +57,8 @@ fn toward<K: Borrow<Q>, V, Q: Ord + ?Sized>(key: &Q, node: &Node<K, V>) -> Optio
 }
 
 impl<'t, K, V> Batch<'t, K, V> {
-    pub(super) fn new(txn: &'t mut Txn<'t, Node<K, V>>) -> Self {
-        Batch { txn }
+    pub(super) fn new(txn: &'t mut Txn<'t, Node<K, V>>, shells: &'t mut Shells<K, V>) -> Self {
+        Batch { txn, shells }
     }
 
     /// The number of entries in the version this batch is building.
@@ -107,7 +109,7 @@ impl<K: Ord, V> Batch<'_, K, V> {
     /// ```
     pub fn insert(&mut self, key: K, value: V) -> bool {
         let (key, value, slot) = self.find_owned(key, value);
-        let node = Node::alloc(key, value);
+        let node = self.shells.alloc(key, value);
         match slot {
             Slot::Occupied(old) => {
                 // SAFETY: `old` came from `find` just now; `node` is fresh.
@@ -133,7 +135,7 @@ impl<K: Ord, V> Batch<'_, K, V> {
         match self.find_owned(key, value) {
             (key, value, Slot::Occupied(old)) => (old, Some((key, value))),
             (key, value, slot) => {
-                let node = Node::alloc(key, value);
+                let node = self.shells.alloc(key, value);
                 // SAFETY: as in `insert`.
                 unsafe { self.txn.insert(node, slot) };
                 (node, None)
@@ -149,7 +151,7 @@ impl<K: Ord, V> Batch<'_, K, V> {
             Ok(slot) => (key, value, slot),
             Err(panic) => {
                 // SAFETY: a fresh node, in no tree, never used again here.
-                unsafe { self.txn.discard(Node::alloc(key, value)) };
+                unsafe { self.txn.discard(self.shells.alloc(key, value)) };
                 resume_unwind(panic)
             }
         }

@@ -204,11 +204,7 @@ impl<K: Ord + Clone, V: Clone> Clone for LatchTree<K, V> {
         for n in nodes {
             run.0.push(Node::alloc(n.key.clone(), n.value.clone()));
         }
-        let mut tree = LatchTree {
-            raw: crate::raw::RawTree::new(()),
-            reclaim: self.reclaim.same_collector(),
-            _owns: core::marker::PhantomData,
-        };
+        let mut tree = LatchTree::with_reclaimer(self.reclaim.same_collector());
         run.build_into(&mut tree);
         tree
     }

@@ -18,14 +18,15 @@ pub use bulk::UnsortedInput;
 pub use iter::{Iter, Keys, Range, Values};
 
 use crate::raw::{Cursor, Dir, Linked, Links, RawTree, View};
-use crate::reclaim::Reclaimer;
+use crate::reclaim::{Limbo, Reclaimer};
 use crate::stats::Stats;
+use crate::sync::AtomicPtr;
 use core::borrow::Borrow;
 use core::cmp::Ordering;
 use core::fmt;
 use core::marker::PhantomData;
 use core::ops::Bound;
-use core::ptr::NonNull;
+use core::ptr::{self, NonNull};
 use crossbeam_epoch::{Collector, Guard};
 
 /// One entry. Copy 0's links (the copy readers use while no write runs) sit
@@ -50,7 +51,8 @@ unsafe impl<K, V> Linked for Node<K, V> {
 }
 
 impl<K, V> Node<K, V> {
-    /// Allocates an unlinked node. Its key and value are never written again.
+    /// Allocates an unlinked node. Its key and value are never written again
+    /// while it is reachable.
     fn alloc(key: K, value: V) -> NonNull<Self> {
         let b = Box::new(Node {
             hot: Links::new(),
@@ -59,6 +61,118 @@ impl<K, V> Node<K, V> {
             value,
         });
         NonNull::from(Box::leak(b))
+    }
+
+    /// Drops the key and value of `node` in place, leaving a *shell*: its
+    /// allocation, to be reused by [`Shells::alloc`] or freed by
+    /// [`Node::free_shell`]. A panic from either `Drop` is caught and
+    /// counted ([`swallowed_drop_panics`](crate::swallowed_drop_panics)):
+    /// it belongs to an entry removed by an earlier write.
+    ///
+    /// # Safety
+    /// `node` came from [`Node::alloc`] or [`Shells::alloc`], holds a key and
+    /// value, and no reader can reach it any more (its grace period passed).
+    unsafe fn drop_entry(node: NonNull<Self>) {
+        let p = node.as_ptr();
+        let key = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            // SAFETY: the caller hands over the only access to a node whose
+            // key and value are initialized; the key is dropped once.
+            unsafe { ptr::drop_in_place(&raw mut (*p).key) }
+        }));
+        // A panic in the key's `Drop` still lets the value's run.
+        let value = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            // SAFETY: as above, for the value.
+            unsafe { ptr::drop_in_place(&raw mut (*p).value) }
+        }));
+        for r in [key, value] {
+            if r.is_err() {
+                crate::reclaim::count_swallowed_drop_panic();
+            }
+        }
+    }
+
+    /// Frees a shell (a node whose key and value were dropped).
+    ///
+    /// # Safety
+    /// `shell` came from [`Node::alloc`] or [`Shells::alloc`], its key and
+    /// value were dropped, no reader can reach it, and it is not used again.
+    unsafe fn free_shell(shell: NonNull<Self>) {
+        // `MaybeUninit<Node>` has `Node`'s layout; dropping the box frees
+        // the allocation without dropping the (gone) key and value.
+        // SAFETY: caller; the allocation is a `Box<Node<K, V>>`'s.
+        drop(unsafe { Box::from_raw(shell.as_ptr().cast::<core::mem::MaybeUninit<Self>>()) });
+    }
+}
+
+/// The most shells a tree keeps for reuse (beyond these, they are freed).
+const SHELLS_KEPT: usize = 64;
+
+/// Node shells ready for reuse, under the writer lock: nodes whose grace
+/// period passed and whose key and value were dropped.
+struct Shells<K, V>(Vec<NonNull<Node<K, V>>>);
+
+impl<K, V> Shells<K, V> {
+    /// An unlinked node holding `key` and `value`: a recycled shell if one
+    /// is ready, else a fresh allocation.
+    fn alloc(&mut self, key: K, value: V) -> NonNull<Node<K, V>> {
+        let Some(shell) = self.0.pop() else {
+            return Node::alloc(key, value);
+        };
+        let node = Node {
+            hot: Links::new(),
+            key,
+            cold: Links::new(),
+            value,
+        };
+        // No reader can reach a shell (its grace period passed before it
+        // became one) and the writer lock makes this batch its only user; its
+        // allocation fits a `Node<K, V>`.
+        // SAFETY: so writing a whole new node over it races with nothing.
+        unsafe { shell.as_ptr().write(node) };
+        shell
+    }
+
+    /// Takes the shells on `returned` (pushed there by [`Reclaiming`]),
+    /// keeping up to [`SHELLS_KEPT`].
+    fn take_returned(&mut self, returned: &AtomicPtr<Node<K, V>>) {
+        // Relaxed pre-check: the common case is an empty list.
+        if returned.load(crate::sync::Ordering::Relaxed).is_null() {
+            return;
+        }
+        // Acquire: pairs with the Release CAS in `Reclaiming::drop`, so the
+        // shells' `next` links (and the drops of their keys and values) are
+        // visible here.
+        let mut next = returned.swap(ptr::null_mut(), crate::sync::Ordering::Acquire);
+        while let Some(shell) = NonNull::new(next) {
+            // SAFETY: taking the list made this writer the only owner of
+            // its shells, which stay allocated until freed below or reused.
+            next = unsafe { shell.as_ref() }.hot.load_child(Dir::Left);
+            if self.0.len() < SHELLS_KEPT {
+                self.0.push(shell);
+            } else {
+                // SAFETY: a shell nobody else holds, freed once (no user
+                // code: its key and value are gone).
+                unsafe { Node::free_shell(shell) };
+            }
+        }
+    }
+}
+
+/// The writer-only state, under the writer lock.
+struct Writer<K, V> {
+    /// Released nodes waiting for their grace period.
+    limbo: Limbo<NonNull<Node<K, V>>>,
+    shells: Shells<K, V>,
+}
+
+impl<K, V> Writer<K, V> {
+    crate::sync::const_fn_unless_loom! {
+        fn new() -> Self {
+            Writer {
+                limbo: Limbo::new(),
+                shells: Shells(Vec::new()),
+            }
+        }
     }
 }
 
@@ -105,16 +219,27 @@ impl<K, V> Node<K, V> {
 /// tree keeps its previous contents, and the panic propagates to the writer.
 /// An `Ord` that is not a total order cannot cause undefined behaviour or
 /// make a reader loop; lookups may then miss entries, as with `BTreeMap`.
-/// A panic in `K`'s or `V`'s `Drop` while a retired entry is reclaimed in the
-/// background is caught and counted by
+/// A panic in `K`'s or `V`'s `Drop` while a removed entry is reclaimed is
+/// caught and counted by
 /// [`swallowed_drop_panics`](crate::swallowed_drop_panics).
-/// No `K` or `V` is ever dropped under the writer lock: a retired entry
-/// whose destructor would run inside a write (a reader pinning inside a
-/// batch closure can trigger that) is postponed until the write has
-/// released its lock, so a `Drop` may itself write to the tree. During
-/// `drop` of the tree, the other entries are still dropped and the first
-/// panic is then resumed, unless the thread is already unwinding: then it
-/// is counted instead (resuming it would abort the process).
+/// During `drop` of the tree, the other entries are still dropped and the
+/// first panic from a live entry is then resumed, unless the thread is
+/// already unwinding: then it is counted instead (resuming it would abort
+/// the process).
+///
+/// # When a removed entry is dropped
+///
+/// By the tree's writer, never by a reader: a removed (or replaced) entry
+/// waits, with the writer, until no guard pinned before its removal is
+/// left, and is then dropped by a later write of this tree (after its lock
+/// is released), by [`flush`](LatchTree::flush), or when the tree is
+/// dropped, on the thread that does it. Readers' pins only run a tiny
+/// announcement (at most one per tree per epoch step), never a `K` or `V`
+/// `Drop`. No `K` or `V` is ever dropped under a writer lock: a write nested
+/// in another tree's batch closure leaves what it would drop until that
+/// outer write has released its lock, so a `Drop` may itself write to
+/// either tree. The memory of a dropped entry is reused by later inserts
+/// (up to 64 nodes per tree are kept for that).
 ///
 /// # Iteration and `&LatchTree` in `for` loops
 ///
@@ -125,8 +250,12 @@ impl<K, V> Node<K, V> {
 /// guard, and items borrowed from a guard the iterator owns would dangle
 /// once the iterator is dropped. Write `for (k, v) in tree.iter(&guard)`.
 pub struct LatchTree<K, V> {
-    raw: RawTree<Node<K, V>, ()>,
+    raw: RawTree<Node<K, V>, Writer<K, V>>,
     reclaim: Reclaimer,
+    /// Shells freed after a write's lock, waiting for the next write to
+    /// take them (a push-only list linked through `hot`'s left link, taken
+    /// whole under the writer lock; see [`Shells::take_returned`]).
+    returned: AtomicPtr<Node<K, V>>,
     /// The tree owns its keys and values.
     _owns: PhantomData<Box<Node<K, V>>>,
 }
@@ -151,8 +280,9 @@ impl<K, V> LatchTree<K, V> {
         /// ```
         pub fn new() -> Self {
             LatchTree {
-                raw: RawTree::new(()),
+                raw: RawTree::new(Writer::new()),
                 reclaim: Reclaimer::global(),
+                returned: AtomicPtr::new(ptr::null_mut()),
                 _owns: PhantomData,
             }
         }
@@ -177,9 +307,15 @@ impl<K, V> LatchTree<K, V> {
     /// assert_eq!(tree.get(&1, &guard), Some(&'a'));
     /// ```
     pub fn with_collector(collector: Collector) -> Self {
+        Self::with_reclaimer(Reclaimer::with_collector(collector))
+    }
+
+    /// An empty tree reclaiming through `reclaim`.
+    fn with_reclaimer(reclaim: Reclaimer) -> Self {
         LatchTree {
-            raw: RawTree::new(()),
-            reclaim: Reclaimer::with_collector(collector),
+            raw: RawTree::new(Writer::new()),
+            reclaim,
+            returned: AtomicPtr::new(ptr::null_mut()),
             _owns: PhantomData,
         }
     }
@@ -331,7 +467,33 @@ fn entry<K, V>(n: &Node<K, V>) -> (&K, &V) {
 }
 
 impl<K, V> Drop for LatchTree<K, V> {
+    /// Drops every entry, and every removed one still waiting for its grace
+    /// period (no reader is left: `&mut self`); frees the shells. A panic
+    /// from a removed entry's `Drop` is counted, as during reclamation by a
+    /// write; the first from a live entry's is resumed (see the type docs).
     fn drop(&mut self) {
+        let mut waiting = Vec::new();
+        let mut shells = Shells(Vec::new());
+        // A write that changes nothing, for the writer state.
+        self.raw.write(
+            |_, w| {
+                waiting.extend(w.limbo.drain());
+                shells.0.append(&mut w.shells.0);
+            },
+            |_, _, _| {},
+            |_, _| {},
+        );
+        for node in waiting {
+            // SAFETY: a removed node, out of both copies, with its key and
+            // value, reachable by no reader (`&mut self`), handed out once.
+            unsafe { Node::drop_entry(node) };
+            shells.0.push(node);
+        }
+        shells.take_returned(&self.returned);
+        for shell in shells.0 {
+            // SAFETY: shells are owned by the tree alone and freed once.
+            unsafe { Node::free_shell(shell) };
+        }
         free_nodes(self.raw.drain_nodes());
     }
 }
@@ -345,7 +507,9 @@ fn free_nodes<K, V>(nodes: impl IntoIterator<Item = NonNull<Node<K, V>>>) {
     for node in nodes {
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             // SAFETY: the caller hands over nodes that came from
-            // `Node::alloc`, are reachable by no reader and are freed once.
+            // `Node::alloc` or `Shells::alloc` (a `Box<Node>`'s allocation,
+            // holding a key and value), are reachable by no reader and are
+            // freed once.
             drop(unsafe { Box::from_raw(node.as_ptr()) });
         }));
         if let Err(p) = r {

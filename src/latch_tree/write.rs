@@ -3,21 +3,22 @@
 //! No user code runs under the writer lock except `K`'s `Ord`: closures
 //! (`get_or_insert_with`'s `f`, `retain`'s predicate) run before the write,
 //! a rejected value is handed back out of it, and entries that leave the
-//! tree are retired after the lock is released, inside a
-//! [`WriterScope`](crate::reclaim::WriterScope) that postpones any deferred
-//! destructor that would otherwise run under the lock.
+//! tree wait in the writer's limbo (`reclaim::Limbo`) until their grace
+//! period passed; a later write drops them after its lock is released
+//! ([`Reclaiming`]), and recycles their nodes.
 
-use super::{Batch, LatchTree, Node, entry};
-use crate::raw::Dir;
-use crate::reclaim::{Reclaimer, WriterScope};
+use super::{Batch, LatchTree, Node, Writer, entry};
+use crate::raw::{Dir, Txn};
+use crate::reclaim::{Job, WriterScope, in_writer_scope, postpone_drop};
 use core::borrow::Borrow;
-use core::ptr::NonNull;
+use core::ptr::{self, NonNull};
 use crossbeam_epoch::Guard;
 
 impl<K: Ord + Send + 'static, V: Send + 'static> LatchTree<K, V> {
     /// Inserts `key → value`. Returns `true` if the key was new; otherwise
     /// the entry gets the new key and value, and the old ones are dropped
-    /// once no reader can see them.
+    /// once no reader can see them (see [when a removed entry is
+    /// dropped](LatchTree#when-a-removed-entry-is-dropped)).
     ///
     /// ```
     /// let tree = latchtree::LatchTree::new();
@@ -217,27 +218,103 @@ impl<K: Ord + Send + 'static, V: Send + 'static> LatchTree<K, V> {
     /// assert_eq!(counters.get("hits", &latchtree::pin()), Some(&1));
     /// ```
     pub fn write<R>(&self, f: impl FnOnce(&mut Batch<'_, K, V>) -> R) -> R {
-        // Declared first, so dropped last: after the writer lock is released
-        // and after `retiring` below; see `reclaim`.
-        let _scope = WriterScope::enter();
-        // Released nodes are retired after the writer lock is dropped (also
-        // when unwinding): no epoch pin for writes that release nothing, and
-        // none under the lock.
-        let mut retiring = Retiring {
-            reclaim: &self.reclaim,
-            first: None,
-            rest: Vec::new(),
+        self.transact(|txn, w| {
+            w.shells.take_returned(&self.returned);
+            f(&mut Batch::new(txn, &mut w.shells))
+        })
+        .0
+    }
+
+    /// Runs `body` as a transaction, with the limbo's part of it: hands out
+    /// what became due before `body`, retires what the transaction releases,
+    /// and, once the writer lock is released, drops the due entries
+    /// (postponed if this write is nested in another's scope) and runs the
+    /// limbo's job ([`Reclaiming`]). Also returns whether anything was due.
+    fn transact<R>(
+        &self,
+        body: impl for<'b> FnOnce(&'b mut Txn<'b, Node<K, V>>, &'b mut Writer<K, V>) -> R,
+    ) -> (R, bool) {
+        // Dropped after the scope below ends, so after the writer lock is
+        // released, also when unwinding.
+        let mut reclaiming = Reclaiming {
+            tree: self,
+            due: ptr::null_mut(),
+            job: None,
         };
-        self.raw.write(
-            |txn, _| f(&mut Batch::new(txn)),
-            |_, _, _| {},
-            |_, node| match retiring.first {
-                None => retiring.first = Some(node),
-                Some(_) => retiring.rest.push(node),
-            },
-        )
+        let r = {
+            let _scope = WriterScope::enter();
+            let Reclaiming { due, job, .. } = &mut reclaiming;
+            self.raw.write(
+                |txn, w| {
+                    w.limbo.begin(|node| push_due(due, node));
+                    body(txn, w)
+                },
+                |_, _, _| {},
+                |w, node| w.limbo.retire(node, job),
+            )
+        };
+        (r, !reclaiming.due.is_null())
+    }
+
+    /// Frees what earlier writes removed and no reader can see any more
+    /// (their keys and values are dropped here), working the epoch until
+    /// nothing is left or it stops advancing: a guard held on any thread
+    /// (this one's included) keeps what it may see. Writes do this work
+    /// themselves, a little at a time: a tree whose writes have stopped
+    /// keeps the entries its last writes removed until the next write,
+    /// `flush`, or its drop. Cheap when nothing waits.
+    ///
+    /// When no guard is held, one call frees everything, unless the
+    /// collector holds much other garbage queued ahead of this tree's (it
+    /// frees a bounded amount per round, oldest first; e.g. after a guard
+    /// held elsewhere for a long time): then a later call finishes.
+    ///
+    /// # Panics
+    /// If called inside a [`write`](LatchTree::write) of this tree.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// let tree = latchtree::LatchTree::new();
+    /// let value = Arc::new(5);
+    /// tree.insert(1, Arc::clone(&value));
+    /// tree.remove(&1);
+    /// tree.flush();
+    /// assert_eq!(Arc::strong_count(&value), 1, "the removed value was dropped");
+    /// ```
+    pub fn flush(&self) {
+        let mut idle = 0;
+        for _ in 0..FLUSH_ROUNDS {
+            // A write that changes nothing (no flip, not counted).
+            let ((job, left), freed) =
+                self.transact(|_, w| (w.limbo.job(true), !w.limbo.is_empty()));
+            if let Some(job) = job {
+                job.run_collecting(&self.reclaim, FLUSH_COLLECTS);
+            }
+            idle = if freed { 0 } else { idle + 1 };
+            if !left || idle == FLUSH_PATIENCE {
+                return;
+            }
+        }
     }
 }
+
+/// Rounds in a row in which [`LatchTree::flush`] may free nothing before it
+/// gives up. An announcement needs two epoch steps after it was sealed and
+/// one more round takes what it announced; the rest lets through other
+/// garbage queued ahead of the announcement (a guard held elsewhere keeps
+/// all of it queued, and then every flush spends these rounds: a small
+/// bound keeps that cheap).
+const FLUSH_PATIENCE: usize = 6;
+
+/// Collections per [`LatchTree::flush`] round: crossbeam frees at most 8
+/// sealed bags per collection, oldest first, so this lets each round work
+/// through up to 64 bags of other garbage queued ahead of the tree's.
+const FLUSH_COLLECTS: usize = 8;
+
+/// The most rounds one [`LatchTree::flush`] runs (each frees a whole
+/// announced backlog, so a few suffice; the bound keeps a flush finite
+/// while other threads keep writing).
+const FLUSH_ROUNDS: usize = 32;
 
 /// A node that was in the tree (or just left it) during a write that
 /// finished after `guard` pinned, borrowed for the guard's lifetime.
@@ -245,32 +322,85 @@ impl<K: Ord + Send + 'static, V: Send + 'static> LatchTree<K, V> {
 /// # Safety
 /// `node` came from this tree and was in it at some point of a write that
 /// started after `guard` pinned (and `guard` pins this tree's collector).
-/// Then it is retired, if ever, after `guard` pinned, so crossbeam frees it
-/// only after `guard` is gone.
+/// Then it is retired, if ever, after `guard` pinned, and the limbo frees or
+/// recycles it only after an announcement deferred after that retirement
+/// has run, which crossbeam does only after `guard` is gone.
 unsafe fn removed<K, V>(node: NonNull<Node<K, V>>, _guard: &Guard) -> &Node<K, V> {
     // SAFETY: caller.
     unsafe { node.as_ref() }
 }
 
-/// Nodes that left the tree, retired through the epoch when dropped.
-struct Retiring<'a, K, V> {
-    reclaim: &'a Reclaimer,
-    first: Option<NonNull<Node<K, V>>>,
-    rest: Vec<NonNull<Node<K, V>>>,
+/// Links `node` (handed out by the limbo: no reader can reach it) in front
+/// of the chain `due`, through its `hot` left link, which nothing else reads
+/// any more.
+fn push_due<K, V>(due: &mut *mut Node<K, V>, node: NonNull<Node<K, V>>) {
+    // SAFETY: `node` is allocated and ours alone (see above).
+    unsafe { node.as_ref() }.hot.set_child(Dir::Left, *due);
+    *due = node.as_ptr();
 }
 
-impl<K, V> Drop for Retiring<'_, K, V> {
+/// After a write's lock: the nodes the limbo handed out as due (a chain, see
+/// [`push_due`]), and its job.
+struct Reclaiming<'a, K, V> {
+    tree: &'a LatchTree<K, V>,
+    due: *mut Node<K, V>,
+    job: Option<Job>,
+}
+
+impl<K, V> Drop for Reclaiming<'_, K, V> {
     fn drop(&mut self) {
-        let Some(first) = self.first.take() else {
-            return;
-        };
-        let guard = self.reclaim.pin();
-        for node in core::iter::once(first).chain(self.rest.drain(..)) {
-            // Each node was released by a finished transaction: it left both
-            // copies (or was never in one readers could validate).
-            // SAFETY: unreachable for later pins, from `Node::alloc` (a
-            // leaked `Box`), released exactly once; `guard` is ours.
-            unsafe { self.reclaim.retire(&guard, node) };
+        if !self.due.is_null() {
+            let nested = in_writer_scope();
+            let mut next = core::mem::replace(&mut self.due, ptr::null_mut());
+            let mut shells = (ptr::null_mut(), None);
+            while let Some(node) = NonNull::new(next) {
+                // SAFETY: a due node is allocated and ours alone (its grace
+                // period passed); read before it is handed on.
+                next = unsafe { node.as_ref() }.hot.load_child(Dir::Left);
+                if nested {
+                    // Inside another write (its batch closure): no user
+                    // `Drop` under its lock; freed whole once its scope ends.
+                    // SAFETY: a `Box<Node>`'s allocation holding a key and
+                    // value, unreachable, handed over once.
+                    unsafe { postpone_drop(node) };
+                } else {
+                    // SAFETY: as above.
+                    unsafe { Node::drop_entry(node) };
+                    push_due(&mut shells.0, node);
+                    shells.1.get_or_insert(node);
+                }
+            }
+            if let (chain, Some(last)) = shells {
+                self.return_shells(chain, last);
+            }
+        }
+        if let Some(job) = self.job.take() {
+            job.run(&self.tree.reclaim);
+        }
+    }
+}
+
+impl<K, V> Reclaiming<'_, K, V> {
+    /// Pushes the chain of shells `chain..=last` onto the tree's returned
+    /// list, for reuse by a later write.
+    fn return_shells(&self, chain: *mut Node<K, V>, last: NonNull<Node<K, V>>) {
+        let returned = &self.tree.returned;
+        // Relaxed: the CAS below publishes.
+        let mut head = returned.load(crate::sync::Ordering::Relaxed);
+        loop {
+            // SAFETY: the shells are this writer's alone until published.
+            unsafe { last.as_ref() }.hot.set_child(Dir::Left, head);
+            // Release: pairs with the Acquire swap in `Shells::take_returned`
+            // (the links, and the key and value drops, happen-before a reuse).
+            match returned.compare_exchange_weak(
+                head,
+                chain,
+                crate::sync::Ordering::Release,
+                crate::sync::Ordering::Relaxed,
+            ) {
+                Ok(_) => return,
+                Err(h) => head = h,
+            }
         }
     }
 }

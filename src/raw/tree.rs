@@ -217,7 +217,7 @@ impl<N: Linked, W> RawTree<N, W> {
     ///   type-stable storage).
     pub(crate) fn write<R>(
         &self,
-        body: impl for<'b> FnOnce(&'b mut Txn<'b, N>, &mut W) -> R,
+        body: impl for<'b> FnOnce(&'b mut Txn<'b, N>, &'b mut W) -> R,
         mut publish: impl FnMut(usize, Option<&N>, Option<&N>),
         mut release: impl FnMut(&mut W, NonNull<N>),
     ) -> R {
