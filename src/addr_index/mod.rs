@@ -234,12 +234,17 @@ pub struct AddrIndex<T> {
     tree: RawTree<Node<T>, Writer<T>>,
     /// Per copy: the lowest start and the highest end (`MAX..0` when empty),
     /// for the bounds fast path. Written by the writer in `publish` before
-    /// readers are steered to that copy.
-    bounds: [[AtomicU64; 2]; 2],
+    /// readers are steered to that copy. Each copy's on its own lines, as
+    /// the raw tree's per-copy heads (`raw::tree::Head`).
+    bounds: [CopyBounds; 2],
     /// Per copy: id → record (`record.rs`).
     tables: [Table<T>; 2],
     reclaim: Reclaimer,
 }
+
+/// One copy's `[lowest start, highest end]`, alone on a pair of cache lines.
+#[repr(align(128))]
+struct CopyBounds([AtomicU64; 2]);
 
 // SAFETY: the index owns `Arc<T>`s (dropped possibly on another thread, and
 // shared with any thread: `T: Send + Sync`) and hands out `&T` to any thread
@@ -269,8 +274,8 @@ impl<T> AddrIndex<T> {
                     retired: Vec::new(),
                 }),
                 bounds: [
-                    [AtomicU64::new(u64::MAX), AtomicU64::new(0)],
-                    [AtomicU64::new(u64::MAX), AtomicU64::new(0)],
+                    CopyBounds([AtomicU64::new(u64::MAX), AtomicU64::new(0)]),
+                    CopyBounds([AtomicU64::new(u64::MAX), AtomicU64::new(0)]),
                 ],
                 tables: [Table::new(), Table::new()],
                 reclaim: Reclaimer::global(),
@@ -302,8 +307,8 @@ impl<T> AddrIndex<T> {
         };
         // Relaxed: readers reach this copy's bounds only through the latch,
         // whose flips order these stores (see `raw::latch`).
-        self.bounds[copy][0].store(lo, Ordering::Relaxed);
-        self.bounds[copy][1].store(hi, Ordering::Relaxed);
+        self.bounds[copy].0[0].store(lo, Ordering::Relaxed);
+        self.bounds[copy].0[1].store(hi, Ordering::Relaxed);
         match (copy, end) {
             (1, Ending::Commit(dirty)) => self.tables[1].sync_from(&self.tables[0], dirty),
             (0, Ending::Rollback) => self.tables[0].sync_from(&self.tables[1], Dirty::all()),

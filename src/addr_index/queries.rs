@@ -32,7 +32,7 @@ impl<T> AddrIndex<T> {
         view: View<'a, Node<T>>,
         addr: u64,
     ) -> Option<Option<(RawHit, *mut Record<T>)>> {
-        let b = &self.bounds[view.copy()];
+        let b = &self.bounds[view.copy()].0;
         // Relaxed: validated by the latch like every other word read here.
         if addr < b[0].load(Ordering::Relaxed) || addr >= b[1].load(Ordering::Relaxed) {
             return Some(None);
@@ -295,7 +295,7 @@ impl<T> AddrIndex<T> {
     /// ```
     pub fn bounds(&self) -> Option<Range<u64>> {
         self.read(|view| {
-            let b = &self.bounds[view.copy()];
+            let b = &self.bounds[view.copy()].0;
             // Relaxed: validated by the latch.
             let (lo, hi) = (b[0].load(Ordering::Relaxed), b[1].load(Ordering::Relaxed));
             Some((lo < hi).then_some(lo..hi))

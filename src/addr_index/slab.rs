@@ -33,6 +33,12 @@
 //! nodes in place of the old ones (`Txn::replace`), so a reader sees the old
 //! node or the new one, each whole.
 //!
+//! Once the slab holds 2 MiB of nodes, it grows by chunks of exactly 2 MiB,
+//! 2 MiB-aligned, which the kernel can back with one transparent huge page
+//! each (one TLB entry for 16 384 nodes instead of 512 entries): with the
+//! `huge-pages` feature on Linux, the slab asks for that (`madvise`). Below
+//! that size, chunks grow from 16 to 1024 nodes.
+//!
 //! The module value `T` is *not* in this storage: it lives in the module's
 //! record (`record.rs`), which is reclaimed through the epoch, never inside a
 //! reader.
@@ -40,6 +46,10 @@
 use crate::raw::{Linked, Links};
 use crate::sync::{AtomicPtr, AtomicU64, Ordering};
 use core::ptr::{self, NonNull};
+use std::alloc::Layout;
+
+/// A huge page's size (x86-64 and aarch64 with 4 KiB base pages).
+const HUGE_PAGE: usize = 2 << 20;
 
 /// One address range. Copy 0's links, the bounds, the id, the base and the
 /// tag fill the first cache line (readers use copy 0 while no write is
@@ -97,8 +107,16 @@ impl<M> RangeNode<M> {
 
 /// Chunks of nodes plus a free list; owned by the writer (under its lock).
 pub(crate) struct Slab<M> {
-    chunks: Vec<NonNull<[RangeNode<M>]>>,
+    chunks: Vec<Chunk<M>>,
     free: Vec<NonNull<RangeNode<M>>>,
+    /// Nodes in all chunks.
+    nodes: usize,
+}
+
+/// One allocation of nodes, freed with the layout it was allocated with.
+struct Chunk<M> {
+    base: NonNull<RangeNode<M>>,
+    layout: Layout,
 }
 
 impl<M> core::fmt::Debug for Slab<M> {
@@ -115,6 +133,7 @@ impl<M> Slab<M> {
         Slab {
             chunks: Vec::new(),
             free: Vec::new(),
+            nodes: 0,
         }
     }
 
@@ -150,24 +169,99 @@ impl<M> Slab<M> {
     }
 
     fn grow(&mut self) {
-        let size = (self.chunks.len() + 1).min(64) * 16;
-        let chunk: Box<[RangeNode<M>]> = (0..size).map(|_| RangeNode::new()).collect();
-        let chunk = NonNull::from(Box::leak(chunk));
-        let base = chunk.cast::<RangeNode<M>>();
-        for i in (0..size).rev() {
-            // SAFETY: `i < size`, inside the chunk.
+        let node = Layout::new::<RangeNode<M>>();
+        let per_huge_page = HUGE_PAGE / node.size();
+        let (len, align) = if self.nodes >= per_huge_page {
+            (per_huge_page, HUGE_PAGE)
+        } else {
+            ((self.chunks.len() + 1).min(64) * 16, node.align())
+        };
+        let layout = Layout::from_size_align(len * node.size(), align)
+            .expect("a chunk of at most 2 MiB has a valid layout");
+        // SAFETY: the layout's size is not zero (`len >= 16`, nodes are not
+        // zero-sized).
+        let raw = unsafe { std::alloc::alloc(layout) }.cast::<RangeNode<M>>();
+        let Some(base) = NonNull::new(raw) else {
+            std::alloc::handle_alloc_error(layout)
+        };
+        if align == HUGE_PAGE {
+            advise_huge_page(base.cast(), layout.size());
+        }
+        for i in 0..len {
+            // SAFETY: `i < len`: inside the allocation, which is laid out as
+            // `len` nodes; nothing was there to drop.
+            unsafe { base.add(i).write(RangeNode::new()) };
+        }
+        for i in (0..len).rev() {
+            // SAFETY: `i < len`, inside the chunk.
             self.free.push(unsafe { base.add(i) });
         }
-        self.chunks.push(chunk);
+        self.nodes += len;
+        self.chunks.push(Chunk { base, layout });
     }
 }
 
+/// Asks the kernel to back `[p, p + len)` (2 MiB-aligned, 2 MiB long) with a
+/// transparent huge page. Best effort: with huge pages off, nothing changes.
+#[cfg(all(feature = "huge-pages", target_os = "linux", not(miri)))]
+fn advise_huge_page(p: NonNull<u8>, len: usize) {
+    // SAFETY: the range is an allocation this slab owns, page-aligned;
+    // MADV_HUGEPAGE changes only how the kernel backs it, never its
+    // contents or validity. The result is ignored: a refusal changes nothing.
+    let _ = unsafe { libc::madvise(p.as_ptr().cast(), len, libc::MADV_HUGEPAGE) };
+}
+
+#[cfg(not(all(feature = "huge-pages", target_os = "linux", not(miri))))]
+fn advise_huge_page(_: NonNull<u8>, _: usize) {}
+
 impl<M> Drop for Slab<M> {
     fn drop(&mut self) {
+        const { assert!(!core::mem::needs_drop::<RangeNode<()>>()) };
         for chunk in self.chunks.drain(..) {
-            // SAFETY: each chunk came from `Box::leak` in `grow` and is freed
-            // once, when the index (and so every reader's borrow) is gone.
-            drop(unsafe { Box::from_raw(chunk.as_ptr()) });
+            // SAFETY: each chunk came from `std::alloc::alloc` with this
+            // layout in `grow` and is freed once, when the index (and so
+            // every reader's borrow) is gone; nodes need no drop (asserted).
+            unsafe { std::alloc::dealloc(chunk.base.as_ptr().cast(), chunk.layout) };
         }
+    }
+}
+
+#[cfg(all(test, not(latchtree_loom)))]
+mod tests {
+    use super::*;
+
+    /// Past 2 MiB of nodes, chunks are 2 MiB-aligned and 2 MiB long (what a
+    /// huge page needs), and every node handed out is distinct and usable.
+    #[test]
+    #[cfg_attr(miri, ignore = "allocates 40 000 nodes")]
+    fn large_slabs_grow_by_aligned_huge_page_chunks() {
+        let mut slab = Slab::<()>::new();
+        let fields = |i: u64| Fields {
+            start: i,
+            end: i + 1,
+            id: i,
+            base: 0,
+            tag: i,
+            flags: 0,
+            module: ptr::null_mut(),
+        };
+        let nodes: Vec<_> = (0..40_000).map(|i| slab.alloc(fields(i))).collect();
+        let mut seen = std::collections::HashSet::new();
+        for (i, n) in nodes.iter().enumerate() {
+            assert!(seen.insert(n.as_ptr().addr()), "node {i} handed out twice");
+            // SAFETY: the slab is alive.
+            assert_eq!(unsafe { n.as_ref() }.tag.load(Ordering::Relaxed), i as u64);
+        }
+        let huge: Vec<_> = slab
+            .chunks
+            .iter()
+            .filter(|c| c.layout.align() == HUGE_PAGE)
+            .collect();
+        assert!(!huge.is_empty(), "no huge-page chunk after 40 000 nodes");
+        for c in huge {
+            assert_eq!(c.layout.size(), HUGE_PAGE);
+            assert_eq!(c.base.as_ptr().addr() % HUGE_PAGE, 0);
+        }
+        assert_eq!(slab.nodes, slab.free.len() + nodes.len());
     }
 }

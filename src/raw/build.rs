@@ -23,7 +23,7 @@ impl<N: Linked, W> RawTree<N, W> {
     /// `&mut self`: no reader or writer runs meanwhile.
     pub(crate) unsafe fn build(&mut self, nodes: &[NonNull<N>]) {
         let s = &self.shared;
-        debug_assert!(s.roots[0].load(Ordering::Relaxed).is_null());
+        debug_assert!(s.heads[0].root.load(Ordering::Relaxed).is_null());
         if nodes.is_empty() {
             return;
         }
@@ -33,8 +33,15 @@ impl<N: Linked, W> RawTree<N, W> {
         for copy in 0..2 {
             // Release, as every root store: the tree may be shared later by
             // any means, and a reader's Acquire load of the root pairs with it.
-            s.roots[copy].store(root, super::links::link_store_order());
-            s.lens[copy].store(nodes.len(), Ordering::Relaxed);
+            s.heads[copy]
+                .root
+                .store(root, super::links::link_store_order());
+            s.heads[copy].len.store(nodes.len(), Ordering::Relaxed);
+            let side = super::rbtree::Side::new(&s.heads[copy].root, copy);
+            // SAFETY: the copy is the valid red-black tree just linked.
+            let depth = unsafe { side.depth_bound() };
+            // Relaxed: as the lengths; `&mut self` excludes readers.
+            s.heads[copy].depth.store(depth, Ordering::Relaxed);
         }
         s.latch.count_write();
     }

@@ -6,7 +6,8 @@
 //!   link points back; no red node has a red child; every root-to-nil path
 //!   has the same number of black nodes; keys strictly increase in order; no
 //!   node is reached twice (no cycle, no sharing); the node count matches the
-//!   copy's length; the height is within [`MAX_DEPTH`];
+//!   copy's length; the height is within [`MAX_DEPTH`] and within the
+//!   copy's published depth bound (readers take exactly that many steps);
 //! * the two copies hold the same nodes with the same shape and colours.
 
 use super::links::{Dir, Linked};
@@ -28,6 +29,7 @@ pub(crate) fn check<N: Linked>(
     seq: u64,
     roots: [&AtomicPtr<N>; 2],
     lens: [usize; 2],
+    depths: [usize; 2],
     less: impl Fn(&N, &N) -> bool,
 ) -> Result<(), String> {
     if !seq.is_multiple_of(2) {
@@ -48,7 +50,15 @@ pub(crate) fn check<N: Linked>(
                 return Err(format!("copy {copy}: root is red"));
             }
         }
-        subtree(root, copy, 0, &mut seen, &mut order).map_err(|e| format!("copy {copy}: {e}"))?;
+        let mut height = 0;
+        subtree(root, copy, 0, &mut height, &mut seen, &mut order)
+            .map_err(|e| format!("copy {copy}: {e}"))?;
+        if height > depths[copy] {
+            return Err(format!(
+                "copy {copy}: a path of {height} nodes, but readers take {} steps",
+                depths[copy]
+            ));
+        }
         if order.len() != lens[copy] {
             return Err(format!(
                 "copy {copy}: {} nodes but length {}",
@@ -88,11 +98,13 @@ fn shape<N: Linked>(node: &N, copy: usize) -> Shape {
     }
 }
 
-/// Checks the subtree at `n` and returns its black height.
+/// Checks the subtree at `n` (at `depth` nodes below the root) and returns
+/// its black height; raises `height` to the longest path's node count.
 fn subtree<N: Linked>(
     n: *mut N,
     copy: usize,
     depth: usize,
+    height: &mut usize,
     seen: &mut HashSet<usize>,
     order: &mut Vec<*mut N>,
 ) -> Result<usize, String> {
@@ -102,6 +114,7 @@ fn subtree<N: Linked>(
     if depth >= MAX_DEPTH {
         return Err("deeper than the descent cap".into());
     }
+    *height = (*height).max(depth + 1);
     if !seen.insert(n.addr()) {
         return Err("a node is reachable twice".into());
     }
@@ -123,7 +136,7 @@ fn subtree<N: Linked>(
         if dir == Dir::Right {
             order.push(n);
         }
-        heights[i] = subtree(c, copy, depth + 1, seen, order)?;
+        heights[i] = subtree(c, copy, depth + 1, height, seen, order)?;
     }
     if heights[0] != heights[1] {
         return Err("black heights differ".into());

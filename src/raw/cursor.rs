@@ -77,8 +77,9 @@ impl<N: Linked, W> RawTree<N, W> {
         let s = &self.shared;
         let (found, seq) = s.latch.read_versioned(|copy| {
             attempt(View {
-                root: &s.roots[copy],
-                len: &s.lens[copy],
+                root: &s.heads[copy].root,
+                len: &s.heads[copy].len,
+                depth: &s.heads[copy].depth,
                 copy,
             })
         });

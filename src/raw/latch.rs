@@ -39,8 +39,14 @@ struct Padded<T>(T);
 /// The sequence counter and its statistics.
 pub(crate) struct Latch {
     seq: AtomicU64,
-    retries: Padded<AtomicU64>,
-    /// Only the writer (under its lock) touches this.
+    /// Reads retried, and (only the writer, under its lock, touches this
+    /// one) writes done: off `seq`'s line, which readers read twice per
+    /// read, so that counting a write does not invalidate it once more.
+    stats: Padded<Stats>,
+}
+
+struct Stats {
+    retries: AtomicU64,
     writes: AtomicU64,
 }
 
@@ -57,8 +63,10 @@ impl Latch {
         pub(crate) fn new() -> Self {
             Latch {
                 seq: AtomicU64::new(0),
-                retries: Padded(AtomicU64::new(0)),
-                writes: AtomicU64::new(0),
+                stats: Padded(Stats {
+                    retries: AtomicU64::new(0),
+                    writes: AtomicU64::new(0),
+                }),
             }
         }
     }
@@ -110,7 +118,7 @@ impl Latch {
     /// Counts one read (or cursor step) that found its version gone.
     #[inline]
     pub(crate) fn count_retry(&self) {
-        self.retries.0.fetch_add(1, Ordering::Relaxed);
+        self.stats.0.retries.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Advances `seq` by one. The caller holds the writer lock.
@@ -128,8 +136,8 @@ impl Latch {
 
     /// Counts one finished write. The caller holds the writer lock.
     pub(crate) fn count_write(&self) {
-        let w = self.writes.load(Ordering::Relaxed);
-        self.writes.store(w + 1, Ordering::Relaxed);
+        let w = &self.stats.0.writes;
+        w.store(w.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
     }
 
     /// The current counter value (even at rest).
@@ -139,11 +147,11 @@ impl Latch {
 
     /// Reads that had to retry because a writer flipped meanwhile.
     pub(crate) fn retries(&self) -> u64 {
-        self.retries.0.load(Ordering::Relaxed)
+        self.stats.0.retries.load(Ordering::Relaxed)
     }
 
     /// Write transactions that changed the tree.
     pub(crate) fn writes(&self) -> u64 {
-        self.writes.load(Ordering::Relaxed)
+        self.stats.0.writes.load(Ordering::Relaxed)
     }
 }

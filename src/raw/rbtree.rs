@@ -341,4 +341,24 @@ impl<'t, N: Linked> Side<'t, N> {
             n = c;
         }
     }
+
+    /// A bound on the number of nodes of this copy's longest root-to-nil
+    /// path: twice its black height. Every path holds the same number of
+    /// black nodes `b` (the leftmost one is counted), the root is black and
+    /// no red node has a red child, so no path holds more than `2b` nodes.
+    ///
+    /// # Safety
+    /// As for [`Side::extreme`]; the copy is a valid red-black tree.
+    pub(crate) unsafe fn depth_bound(&self) -> usize {
+        let mut black = 0;
+        let mut n = self.root();
+        while !n.is_null() {
+            // SAFETY: `n` is a live node of this copy.
+            unsafe {
+                black += usize::from(!self.is_red(n));
+                n = self.child(n, Dir::Left);
+            }
+        }
+        2 * black
+    }
 }

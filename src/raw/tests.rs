@@ -265,8 +265,15 @@ fn chain(h: &Harness, n: usize) -> Vec<NonNull<Node>> {
             l.set_child(Dir::Right, next);
             l.set_parent_color(prev, true);
         }
-        h.tree.shared.roots[copy].store(nodes[0].as_ptr(), crate::sync::Ordering::Release);
-        h.tree.shared.lens[copy].store(n, crate::sync::Ordering::Relaxed);
+        h.tree.shared.heads[copy]
+            .root
+            .store(nodes[0].as_ptr(), crate::sync::Ordering::Release);
+        h.tree.shared.heads[copy]
+            .len
+            .store(n, crate::sync::Ordering::Relaxed);
+        h.tree.shared.heads[copy]
+            .depth
+            .store(n, crate::sync::Ordering::Relaxed);
     }
     nodes
 }
@@ -312,8 +319,12 @@ fn descent_cap_and_checker_agree_on_a_max_depth_path() {
         assert_eq!(!depth_error, ok, "checker on a path of {n} nodes");
         // Unlink before the harness frees the nodes.
         for copy in 0..2 {
-            h.tree.shared.roots[copy].store(core::ptr::null_mut(), crate::sync::Ordering::Relaxed);
-            h.tree.shared.lens[copy].store(0, crate::sync::Ordering::Relaxed);
+            h.tree.shared.heads[copy]
+                .root
+                .store(core::ptr::null_mut(), crate::sync::Ordering::Relaxed);
+            h.tree.shared.heads[copy]
+                .len
+                .store(0, crate::sync::Ordering::Relaxed);
         }
     }
 }

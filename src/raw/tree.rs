@@ -38,8 +38,34 @@ pub(crate) const MAX_DEPTH: usize = if cfg!(latchtree_defect = "no_depth_cap") {
 /// The part of the tree readers can see.
 pub(super) struct Shared<N> {
     pub(super) latch: Latch,
-    pub(super) roots: [AtomicPtr<N>; 2],
-    pub(super) lens: [AtomicUsize; 2],
+    pub(super) heads: [Head<N>; 2],
+}
+
+/// What a reader of one copy reads before its first node. Each copy's head
+/// has its own pair of cache lines (128 bytes: adjacent-line prefetch pairs
+/// lines), so that the writer, which stores to a copy's head only while
+/// readers are steered away from that copy, never invalidates the line that
+/// readers of the other copy are reading.
+#[repr(align(128))]
+pub(super) struct Head<N> {
+    pub(super) root: AtomicPtr<N>,
+    pub(super) len: AtomicUsize,
+    /// A bound on the number of nodes of the copy's longest root-to-nil
+    /// path, published with the copy (`RawTree::publish`): a reader's
+    /// descent takes exactly this many steps (see [`View::descend`]).
+    pub(super) depth: AtomicUsize,
+}
+
+impl<N> Head<N> {
+    crate::sync::const_fn_unless_loom! {
+        fn new() -> Self {
+            Head {
+                root: AtomicPtr::new(ptr::null_mut()),
+                len: AtomicUsize::new(0),
+                depth: AtomicUsize::new(0),
+            }
+        }
+    }
 }
 
 /// Two copies of a red-black tree behind a seqcount latch, plus the
@@ -116,6 +142,7 @@ pub(crate) struct Txn<'t, N> {
 pub(crate) struct View<'g, N> {
     pub(super) root: &'g AtomicPtr<N>,
     pub(super) len: &'g AtomicUsize,
+    pub(super) depth: &'g AtomicUsize,
     pub(super) copy: usize,
 }
 
@@ -133,11 +160,7 @@ impl<N: Linked, W> RawTree<N, W> {
             RawTree {
                 shared: Shared {
                     latch: Latch::new(),
-                    roots: [
-                        AtomicPtr::new(ptr::null_mut()),
-                        AtomicPtr::new(ptr::null_mut()),
-                    ],
-                    lens: [AtomicUsize::new(0), AtomicUsize::new(0)],
+                    heads: [Head::new(), Head::new()],
                 },
                 writer: Mutex::new(Locked {
                     state: writer,
@@ -163,8 +186,9 @@ impl<N: Linked, W> RawTree<N, W> {
         let s = &self.shared;
         s.latch.read(|copy| {
             attempt(View {
-                root: &s.roots[copy],
-                len: &s.lens[copy],
+                root: &s.heads[copy].root,
+                len: &s.heads[copy].len,
+                depth: &s.heads[copy].depth,
                 copy,
             })
         })
@@ -174,7 +198,7 @@ impl<N: Linked, W> RawTree<N, W> {
     pub(crate) fn len(&self) -> usize {
         let s = &self.shared;
         s.latch
-            .read(|copy| Some(s.lens[copy].load(Ordering::Relaxed)))
+            .read(|copy| Some(s.heads[copy].len.load(Ordering::Relaxed)))
     }
 
     /// `(reads retried, writes done)`.
@@ -240,7 +264,7 @@ impl<N: Linked, W> RawTree<N, W> {
                 // SAFETY: writer lock held; copy 0 holds only live nodes.
                 unsafe { self.publish(0, &mut publish) };
                 s.latch.flip(); // even: readers move to the new copy 0
-                let side = Side::new(&s.roots[1], 1);
+                let side = Side::new(&s.heads[1].root, 1);
                 for op in log.iter() {
                     // The ops were valid on copy 0 in this order, and copy 1
                     // had the same shape before the first one.
@@ -251,12 +275,16 @@ impl<N: Linked, W> RawTree<N, W> {
                             Op::Insert { node, parent, dir } => side.insert(node, parent, dir),
                             Op::Erase(node) => side.erase(node),
                             Op::Replace { old, new } => side.replace(old, new),
-                            Op::Clear(_) => s.roots[1].store(ptr::null_mut(), link_store_order()),
+                            Op::Clear(_) => {
+                                s.heads[1].root.store(ptr::null_mut(), link_store_order())
+                            }
                             Op::Discard(_) => {}
                         }
                     }
                 }
-                s.lens[1].store(s.lens[0].load(Ordering::Relaxed), Ordering::Relaxed);
+                s.heads[1]
+                    .len
+                    .store(s.heads[0].len.load(Ordering::Relaxed), Ordering::Relaxed);
                 // SAFETY: writer lock held; copy 1 holds only live nodes.
                 unsafe { self.publish(1, &mut publish) };
                 s.latch.count_write();
@@ -306,15 +334,24 @@ impl<N: Linked, W> RawTree<N, W> {
         }
     }
 
+    /// Hands copy `copy`'s extremes to the front-end's `publish` and
+    /// publishes the copy's descent depth (see [`View::descend`]).
+    ///
     /// # Safety
     /// Writer lock held; copy `copy` holds only live nodes.
     unsafe fn publish(&self, copy: usize, publish: &mut impl FnMut(usize, Option<&N>, Option<&N>)) {
-        let side = Side::new(&self.shared.roots[copy], copy);
+        let side = Side::new(&self.shared.heads[copy].root, copy);
         // SAFETY: the extremes are null or live nodes (caller).
         unsafe {
             let first = side.extreme(Dir::Left);
             let last = side.extreme(Dir::Right);
             publish(copy, first.as_ref(), last.as_ref());
+            // Relaxed: a word of copy `copy`, written while readers are
+            // steered away from it and published to them, like its links,
+            // by the next flip (`Latch::flip`'s Release store).
+            self.shared.heads[copy]
+                .depth
+                .store(side.depth_bound(), Ordering::Relaxed);
         }
     }
 
@@ -325,14 +362,18 @@ impl<N: Linked, W> RawTree<N, W> {
     unsafe fn rollback(&self) {
         let s = &self.shared;
         // SAFETY: copy 1 is the last committed version: only live nodes.
-        let nodes = unsafe { nodes_in_order(s.roots[1].load(Ordering::Relaxed), 1) };
+        let nodes = unsafe { nodes_in_order(s.heads[1].root.load(Ordering::Relaxed), 1) };
         for n in nodes {
             // SAFETY: `n` is live.
             let node = unsafe { n.as_ref() };
             node.links(0).copy_from(node.links(1));
         }
-        s.roots[0].store(s.roots[1].load(Ordering::Relaxed), link_store_order());
-        s.lens[0].store(s.lens[1].load(Ordering::Relaxed), Ordering::Relaxed);
+        s.heads[0]
+            .root
+            .store(s.heads[1].root.load(Ordering::Relaxed), link_store_order());
+        s.heads[0]
+            .len
+            .store(s.heads[1].len.load(Ordering::Relaxed), Ordering::Relaxed);
     }
 
     /// Every node, in key order; for the front-end's `Drop`.
@@ -340,10 +381,10 @@ impl<N: Linked, W> RawTree<N, W> {
         let s = &self.shared;
         // SAFETY: `&mut self`: no transaction runs, copy 0 holds only live
         // nodes.
-        let nodes = unsafe { nodes_in_order(s.roots[0].load(Ordering::Relaxed), 0) };
+        let nodes = unsafe { nodes_in_order(s.heads[0].root.load(Ordering::Relaxed), 0) };
         for copy in 0..2 {
-            s.roots[copy].store(ptr::null_mut(), Ordering::Relaxed);
-            s.lens[copy].store(0, Ordering::Relaxed);
+            s.heads[copy].root.store(ptr::null_mut(), Ordering::Relaxed);
+            s.heads[copy].len.store(0, Ordering::Relaxed);
         }
         nodes
     }
@@ -365,10 +406,14 @@ impl<N: Linked, W> RawTree<N, W> {
         let s = &self.shared;
         super::check::check(
             s.latch.seq(),
-            [&s.roots[0], &s.roots[1]],
+            [&s.heads[0].root, &s.heads[1].root],
             [
-                s.lens[0].load(Ordering::Relaxed),
-                s.lens[1].load(Ordering::Relaxed),
+                s.heads[0].len.load(Ordering::Relaxed),
+                s.heads[1].len.load(Ordering::Relaxed),
+            ],
+            [
+                s.heads[0].depth.load(Ordering::Relaxed),
+                s.heads[1].depth.load(Ordering::Relaxed),
             ],
             less,
         )?;
@@ -427,7 +472,7 @@ pub(crate) unsafe fn nodes_in_order<N: Linked>(root: *mut N, copy: usize) -> Vec
 
 impl<'t, N: Linked> Txn<'t, N> {
     fn side(&self) -> Side<'t, N> {
-        Side::new(&self.shared.roots[0], 0)
+        Side::new(&self.shared.heads[0].root, 0)
     }
 
     /// Flips `seq` to odd before the first change.
@@ -469,11 +514,11 @@ impl<'t, N: Linked> Txn<'t, N> {
 
     /// The number of nodes in the version being built.
     pub(crate) fn len(&self) -> usize {
-        self.shared.lens[0].load(Ordering::Relaxed)
+        self.shared.heads[0].len.load(Ordering::Relaxed)
     }
 
     fn add_len(&self, delta: isize) {
-        let l = &self.shared.lens[0];
+        let l = &self.shared.heads[0].len;
         l.store(
             l.load(Ordering::Relaxed).wrapping_add_signed(delta),
             Ordering::Relaxed,
@@ -540,8 +585,10 @@ impl<'t, N: Linked> Txn<'t, N> {
         let root = self.side().root();
         // Release: a reader that loads the new root pairs with it as with
         // any root store (there is nothing behind a null root to publish).
-        self.shared.roots[0].store(ptr::null_mut(), link_store_order());
-        self.shared.lens[0].store(0, Ordering::Relaxed);
+        self.shared.heads[0]
+            .root
+            .store(ptr::null_mut(), link_store_order());
+        self.shared.heads[0].len.store(0, Ordering::Relaxed);
         if !root.is_null() {
             self.log.push(Op::Clear(root));
         }
@@ -583,27 +630,59 @@ impl<'g, N: Linked> View<'g, N> {
         self.copy
     }
 
-    /// Bounded descent from the root. `step` returns the direction to go on,
-    /// or `None` to stop. Returns `None` if the walk exceeded [`MAX_DEPTH`]
-    /// (only possible in a copy that is being rewritten).
+    /// Descends from the root, calling `step` on each node of one
+    /// root-to-nil path; `step` returns the direction to go on, or `None` to
+    /// stay on this node. Returns `None` if the copy's published depth is
+    /// beyond [`MAX_DEPTH`] (only possible in a copy being rewritten).
+    ///
+    /// **Fixed trip count, no data-dependent branch.** The walk takes exactly
+    /// the copy's published depth bound of steps (`RawTree::publish`): where
+    /// a path ends early, it stands still on its last node (a select, not a
+    /// branch), so `step` must give the same answer when called again on the
+    /// same node (every search here keeps a candidate, which is idempotent).
+    /// A loop that exits at a nil link mispredicts its exit whenever leaves
+    /// sit at different depths, and each mispredict also stops the CPU from
+    /// overlapping the next lookup with this one.
+    ///
+    /// The bound is read like any word of the copy: a torn one (from a newer
+    /// version) makes the read fail validation, and it never exceeds
+    /// [`MAX_DEPTH`] steps, so no torn shape can loop a reader.
     #[inline(always)]
     pub(crate) fn descend(self, mut step: impl FnMut(&'g N) -> Option<Dir>) -> Option<()> {
         // Acquire: pairs with the Release root store.
         let mut cur = self.root.load(Ordering::Acquire);
-        for _ in 0..MAX_DEPTH {
-            // SAFETY: by `RawTree::read`'s contract every pointer a reader
-            // can load from this tree points to memory valid for 'g.
-            let Some(node) = (unsafe { cur.as_ref() }) else {
-                return Some(());
-            };
-            match step(node) {
-                None => return Some(()),
-                Some(dir) => cur = node.links(self.copy).load_child(dir),
-            }
+        if cur.is_null() {
+            return Some(());
         }
-        // `MAX_DEPTH` nodes visited: a path of exactly that many nodes ends
-        // here (the checker accepts it), a longer one is torn.
-        cur.is_null().then_some(())
+        if cfg!(latchtree_defect = "no_depth_cap") {
+            // The planted defect: the unbounded loop-until-nil descent.
+            // SAFETY: as below.
+            while let Some(node) = unsafe { cur.as_ref() } {
+                match step(node) {
+                    None => return Some(()),
+                    Some(dir) => cur = node.links(self.copy).load_child(dir),
+                }
+            }
+            return Some(());
+        }
+        // Relaxed: validated by the latch like every word of this copy.
+        let trips = self.depth.load(Ordering::Relaxed);
+        if trips > MAX_DEPTH {
+            return None;
+        }
+        for _ in 0..trips {
+            // SAFETY: `cur` is never null here (the root was not, and a null
+            // child is never taken), and by `RawTree::read`'s contract every
+            // pointer a reader can load from this tree points to memory
+            // valid for 'g.
+            let node = unsafe { &*cur };
+            let next = match step(node) {
+                Some(dir) => node.links(self.copy).load_child(dir),
+                None => ptr::null_mut(),
+            };
+            cur = core::hint::select_unpredictable(next.is_null(), cur, next);
+        }
+        Some(())
     }
 
     /// Visits every node in key order. Returns `None` (torn read) if the walk
