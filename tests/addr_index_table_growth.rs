@@ -34,8 +34,8 @@ use std::sync::atomic::{AtomicBool, Ordering, fence};
 /// seed-1 report on `table_shrinks_after_mass_removal`; a crossbeam-only
 /// reproducer, with the same race on 9 of 12 seeds, and the control that
 /// makes that store `Release`, 12 of 12 clean, are in NOTES-miri-tb.md).
-/// The fence makes that store carry them, as crossbeam intends; it adds no
-/// order the crate's own latch or retire protocol provides.
+/// The fence makes that store carry them, as crossbeam intends; it stands in
+/// for no order that the crate's own latch or retire protocol must provide.
 fn pin_released(index: &AddrIndex<u64>) -> Guard {
     // Release: pairs with the Acquire fence after crossbeam's `try_advance`
     // reads this thread's epoch (the Relaxed store inside `pin` below).
