@@ -106,14 +106,14 @@ pub use addr_index::{
     AddrIndex, AddrIndexError, Hit, IndexBatch, InsertError, ModuleId, ModuleMeta, ModuleRef,
     RawHit, Removed, Segment,
 };
-pub use crossbeam_epoch::{Collector, Guard, LocalHandle, pin};
+pub use crossbeam_epoch::{Collector, Guard, LocalHandle};
 pub use latch_tree::{Batch, Iter, Keys, LatchTree, Range, UnsortedInput, Values};
 #[cfg(all(feature = "objects", target_os = "linux", target_pointer_width = "64"))]
 pub use objects::{
     BuildId, LoadCounters, LoadSegment, LoadedObjects, NoteError, ObjectHit, ObjectInfo,
     ObjectKind, ObjectRef, Problem, ProblemKind, Refresh,
 };
-pub use reclaim::swallowed_drop_panics;
+pub use reclaim::{pin, swallowed_drop_panics};
 pub use stats::Stats;
 
 /// The README's examples, compiled and run as doctests.

@@ -200,6 +200,35 @@ unsafe fn drop_or_postpone<T>(ptr: NonNull<u8>) {
     }
 }
 
+/// Pins the current thread to crossbeam-epoch's default collector: the
+/// guard every guarded read of a tree or index built with `new()` takes.
+/// The same as [`crossbeam_epoch::pin`], after a `Release` fence.
+///
+/// The fence works around crossbeam-epoch 0.9.21's pin on targets other
+/// than x86-64 (and under Miri): it publishes the pin with a `Relaxed`
+/// store, which under C++20 rules ends the release sequence of the
+/// previous unpin, so an epoch advance that reads the new pin is not
+/// ordered after what the thread read under its previous guard, and the
+/// garbage it read can be freed under it (a data race Miri reports; a
+/// crossbeam-only reproducer is in the project's notes). On x86-64 the
+/// fence is a compiler barrier only.
+///
+/// ```
+/// let tree = latchtree::LatchTree::new();
+/// tree.insert(1, "one");
+/// let guard = latchtree::pin();
+/// assert_eq!(tree.get(&1, &guard), Some(&"one"));
+/// ```
+#[inline]
+pub fn pin() -> Guard {
+    // Release: pairs with the Acquire fence that ends crossbeam's epoch
+    // advance (`Global::try_advance`, after it loads each participant's
+    // epoch): an advance that reads this pin is ordered after every access
+    // of this thread's earlier guards.
+    std::sync::atomic::fence(std::sync::atomic::Ordering::Release);
+    crossbeam_epoch::pin()
+}
+
 impl Reclaimer {
     crate::sync::const_fn_unless_loom! {
         /// Uses crossbeam-epoch's default collector.
@@ -234,8 +263,13 @@ impl Reclaimer {
     /// should pin their own `LocalHandle` of that collector instead.
     pub(crate) fn pin(&self) -> Guard {
         match &self.collector {
-            None => crossbeam_epoch::pin(),
-            Some(c) => c.register().pin(),
+            None => pin(),
+            Some(c) => {
+                let handle = c.register();
+                // Release: as in [`pin`].
+                std::sync::atomic::fence(std::sync::atomic::Ordering::Release);
+                handle.pin()
+            }
         }
     }
 
