@@ -210,7 +210,7 @@ unsafe fn drop_or_postpone<T>(ptr: NonNull<u8>) {
 /// previous unpin, so an epoch advance that reads the new pin is not
 /// ordered after what the thread read under its previous guard, and the
 /// garbage it read can be freed under it (a data race Miri reports; a
-/// crossbeam-only reproducer is in the project's notes). On x86-64 the
+/// crossbeam-only reproducer shows it too). On x86-64 the
 /// fence is a compiler barrier only.
 ///
 /// ```

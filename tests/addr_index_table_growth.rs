@@ -16,32 +16,16 @@
 //! array freed while a pinned reader may still read it is a use-after-free
 //! in both models).
 //!
-//! The pinned readers pin through [`pin_released`]: crossbeam-epoch 0.9.21
-//! itself races under Miri otherwise (a guard's accesses against the
-//! deferred free, on its `cfg(miri)` path; not this crate's code), see that
-//! function.
+//! `table_shrinks_after_mass_removal` found, under Miri (Tree Borrows, seed
+//! 1), crossbeam-epoch 0.9.21's own race: on its `cfg(miri)` and non-x86
+//! path, `pin` publishes the pin with a `Relaxed` store, which ends the
+//! release sequence of the previous unpin, so an epoch advance could free
+//! garbage a reader read under its previous guard. The index's `pin` now
+//! fences `Release` first (`latchtree::pin`), and these readers pin through it.
 
-use latchtree::{AddrIndex, Guard};
+use latchtree::AddrIndex;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering, fence};
-
-/// `index.pin()` after a `Release` fence. crossbeam-epoch 0.9.21 pins (on
-/// its `cfg(miri)` and non-x86 path) with a `Relaxed` store of the local
-/// epoch after the `Release` store that unpinned the previous guard; under
-/// C++20 rules (Rust's, Miri's) that store ends the release sequence, so an
-/// epoch advance that reads it does not see this thread's accesses from its
-/// previous guard, and Miri reports them racing the deferred free (the
-/// seed-1 report on `table_shrinks_after_mass_removal`; a crossbeam-only
-/// reproducer, with the same race on 9 of 12 seeds, and the control that
-/// makes that store `Release`, 12 of 12 clean, are in NOTES-miri-tb.md).
-/// The fence makes that store carry them, as crossbeam intends; it stands in
-/// for no order that the crate's own latch or retire protocol must provide.
-fn pin_released(index: &AddrIndex<u64>) -> Guard {
-    // Release: pairs with the Acquire fence after crossbeam's `try_advance`
-    // reads this thread's epoch (the Relaxed store inside `pin` below).
-    fence(Ordering::Release);
-    index.pin()
-}
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Modules inserted by the growth tests: 8 -> 16 -> 32 slots.
 const GROWTH: u64 = 20;
@@ -57,7 +41,7 @@ fn table_growth_vs_pinned_reader() {
         std::thread::spawn(move || {
             let mut seen = 0u64;
             while !stop.load(Ordering::Relaxed) {
-                let g = pin_released(&index);
+                let g = index.pin();
                 assert_eq!(index.get(first, &g), Some(&0), "the first module is stable");
                 seen += index.modules(&g).count() as u64;
             }
@@ -114,7 +98,7 @@ fn table_shrinks_after_mass_removal() {
         let (index, stop, last) = (Arc::clone(&index), Arc::clone(&stop), ids[ids.len() - 1]);
         std::thread::spawn(move || {
             while !stop.load(Ordering::Relaxed) {
-                let g = pin_released(&index);
+                let g = index.pin();
                 assert_eq!(
                     index.get(last, &g),
                     Some(&(n - 1)),
