@@ -188,6 +188,19 @@ fn bench_kernel<M: Measurement>(c: &mut Criterion<M>) {
             black_box(index.module_address(black_box(a), &guard).map(|h| h.id()))
         });
     });
+    // The floor the performance issue measures against: a sorted array
+    // (`ranges` is sorted by start) and a binary search.
+    group.bench_function("sorted_vec", |b| {
+        let mut i = 0;
+        b.iter(|| {
+            let a = queries[i];
+            i = (i + 1) & (QUERIES - 1);
+            black_box(latchtree_benches::peers::vec_contains(
+                &ranges,
+                black_box(a),
+            ))
+        });
+    });
     group.bench_function("btreemap", |b| {
         let mut i = 0;
         b.iter(|| {
