@@ -144,6 +144,8 @@ std::thread_local! {
     static WRITE_DEPTH: Cell<usize> = const { Cell::new(0) };
     /// Destructors postponed until this thread leaves its outermost scope.
     static POSTPONED: RefCell<Vec<Retired>> = const { RefCell::new(Vec::new()) };
+    /// Limbo jobs postponed likewise (`Job::run`).
+    static POSTPONED_JOBS: RefCell<Vec<(Job, Reclaimer)>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Marks the current thread as (possibly) holding a writer lock, from
@@ -174,6 +176,13 @@ impl Drop for WriterScope {
             // SAFETY: each entry was retired once with its matching dropper,
             // and its epoch had passed when it was postponed.
             unsafe { (r.drop)(r.ptr) };
+        }
+        while let Some((job, reclaim)) = POSTPONED_JOBS
+            .try_with(|p| p.borrow_mut().pop())
+            .ok()
+            .flatten()
+        {
+            job.run(&reclaim);
         }
     }
 }
@@ -388,9 +397,33 @@ pub(crate) struct Job {
 }
 
 impl Job {
+    /// Makes an announcing job cover `period` (later than what it covers);
+    /// false for a job that only flushes.
+    fn widen(&mut self, period: u64) -> bool {
+        #[cfg(not(latchtree_loom))]
+        if let Some((_, p)) = &mut self.announce {
+            *p = period;
+            return true;
+        }
+        let _ = period;
+        false
+    }
+
     /// Runs the job; call it after the writer lock is released (pinning may
-    /// run deferred closures).
+    /// run deferred closures). Inside another write's scope (a write nested
+    /// in a batch closure) it is postponed to the end of the outermost
+    /// scope instead: a collection would run other deferred closures under
+    /// that write's lock (review finding).
     pub(crate) fn run(self, reclaim: &Reclaimer) {
+        if WRITE_DEPTH.with(Cell::get) > 0 {
+            let mut entry = Some((self, reclaim.same_collector()));
+            // Fails only during thread-local destruction: then run now.
+            let _ = POSTPONED_JOBS.try_with(|p| p.borrow_mut().extend(entry.take()));
+            if let Some((job, reclaim)) = entry {
+                job.run_collecting(&reclaim, 1);
+            }
+            return;
+        }
         self.run_collecting(reclaim, 1);
     }
 
@@ -459,8 +492,14 @@ impl<T> Limbo<T> {
     }
 
     /// Starts a transaction (under the writer lock): hands every item whose
-    /// grace period has passed to `due`, to be freed after the lock.
-    pub(crate) fn begin(&mut self, mut due: impl FnMut(T)) {
+    /// grace period has passed to `due`, to be freed after the lock. If
+    /// items of earlier periods still wait and no announcement is
+    /// outstanding, sets `job` to announce them: so that a tree whose later
+    /// writes only insert still frees what it removed (review finding: 999
+    /// removed values were left undropped after 20 000 inserts). Announcing
+    /// them now is sound: their transactions' locks were released before
+    /// this one began, and the announcement is deferred after this one's.
+    pub(crate) fn begin(&mut self, mut due: impl FnMut(T), job: &mut Option<Job>) {
         self.period += 1;
         self.retiring = false;
         if self.queue.is_empty() {
@@ -475,16 +514,28 @@ impl<T> Limbo<T> {
                 due(item);
             }
         }
+        if !self.queue.is_empty() && passed >= self.announced {
+            *job = self.job(false);
+        }
     }
 
     /// Retires `item`, which left every copy readers can reach in the
     /// running transaction (under the writer lock). The first retirement of
-    /// a transaction may set `job`.
+    /// a transaction may set `job`, or widen the announcement `begin` set
+    /// to this transaction's period (deferred after this lock too, so it
+    /// covers this period's items as well).
     pub(crate) fn retire(&mut self, item: T, job: &mut Option<Job>) {
         self.queue.push_back((self.period, item));
         if !self.retiring {
             self.retiring = true;
-            *job = self.job(false);
+            match job {
+                None => *job = self.job(false),
+                Some(j) => {
+                    if j.widen(self.period) {
+                        self.announced = self.period;
+                    }
+                }
+            }
         }
     }
 

@@ -216,7 +216,7 @@ fn advise_huge_page(_: NonNull<u8>, _: usize) {}
 
 impl<M> Drop for Slab<M> {
     fn drop(&mut self) {
-        const { assert!(!core::mem::needs_drop::<RangeNode<()>>()) };
+        const { assert!(!core::mem::needs_drop::<RangeNode<M>>()) };
         for chunk in self.chunks.drain(..) {
             // SAFETY: each chunk came from `std::alloc::alloc` with this
             // layout in `grow` and is freed once, when the index (and so

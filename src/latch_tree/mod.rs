@@ -293,7 +293,9 @@ impl<K, V> LatchTree<K, V> {
     /// that pin internally (`contains_key`, `to_vec`, writes, [`pin`]) then
     /// register a fresh participant each time, which allocates: on hot paths
     /// keep a [`LocalHandle`](crate::LocalHandle) of the collector and pass
-    /// its guards.
+    /// its guards. On targets other than x86-64, put a
+    /// `std::sync::atomic::fence(Release)` before each `handle.pin()`, as
+    /// [`latchtree::pin`](crate::pin) does (it explains why).
     ///
     /// [`pin`]: LatchTree::pin
     ///

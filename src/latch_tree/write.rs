@@ -11,6 +11,7 @@ use super::{Batch, LatchTree, Node, Writer, entry};
 use crate::raw::{Dir, Txn};
 use crate::reclaim::{Job, WriterScope, in_writer_scope, postpone_drop};
 use core::borrow::Borrow;
+use core::cell::Cell;
 use core::ptr::{self, NonNull};
 use crossbeam_epoch::Guard;
 
@@ -239,18 +240,27 @@ impl<K: Ord + Send + 'static, V: Send + 'static> LatchTree<K, V> {
         let mut reclaiming = Reclaiming {
             tree: self,
             due: ptr::null_mut(),
-            job: None,
+            job: Cell::new(None),
         };
         let r = {
             let _scope = WriterScope::enter();
             let Reclaiming { due, job, .. } = &mut reclaiming;
+            // Both the body and the release hook may set the job: they share
+            // it through the cell, which `reclaiming` owns (so the job runs
+            // even if the body panics).
+            let job = &*job;
+            let with_job = |f: &mut dyn FnMut(&mut Option<Job>)| {
+                let mut j = job.take();
+                f(&mut j);
+                job.set(j);
+            };
             self.raw.write(
                 |txn, w| {
-                    w.limbo.begin(|node| push_due(due, node));
+                    with_job(&mut |j| w.limbo.begin(|node| push_due(due, node), j));
                     body(txn, w)
                 },
                 |_, _, _| {},
-                |w, node| w.limbo.retire(node, job),
+                |w, node| with_job(&mut |j| w.limbo.retire(node, j)),
             )
         };
         (r, !reclaiming.due.is_null())
@@ -344,7 +354,7 @@ fn push_due<K, V>(due: &mut *mut Node<K, V>, node: NonNull<Node<K, V>>) {
 struct Reclaiming<'a, K, V> {
     tree: &'a LatchTree<K, V>,
     due: *mut Node<K, V>,
-    job: Option<Job>,
+    job: Cell<Option<Job>>,
 }
 
 impl<K, V> Drop for Reclaiming<'_, K, V> {

@@ -137,6 +137,8 @@ impl Latch {
     /// Counts one finished write. The caller holds the writer lock.
     pub(crate) fn count_write(&self) {
         let w = &self.stats.0.writes;
+        // Relaxed: a statistic, written under the writer lock only; it
+        // orders nothing.
         w.store(w.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
     }
 

@@ -390,3 +390,42 @@ fn a_cursor_goes_stale_after_a_write() {
     h.apply(&[(true, 4)], None);
     assert!(matches!(c.step(Dir::Right), super::Step::Stale));
 }
+
+/// Review: the published depth bound covers every copy's height through
+/// random batches, some of which panic and roll back (the checker verifies
+/// the bound after each).
+#[test]
+fn depth_bound_holds_through_random_batches_and_rollbacks() {
+    let h = Harness::new();
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    for _ in 0..if cfg!(miri) { 60 } else { 3000 } {
+        let len = (xorshift(&mut x) % 8) as usize + 1;
+        let ops: Vec<(bool, u64)> = (0..len)
+            .map(|_| (!xorshift(&mut x).is_multiple_of(3), xorshift(&mut x) % 200))
+            .collect();
+        let panic_after = xorshift(&mut x)
+            .is_multiple_of(5)
+            .then(|| (xorshift(&mut x) % len as u64) as usize);
+        let _ =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| h.apply(&ops, panic_after)));
+        h.check();
+    }
+}
+
+/// Review: a published depth bound below the real height makes readers
+/// give wrong answers that validate, and the checker says so.
+#[test]
+fn a_too_small_depth_bound_misleads_readers_and_the_checker_catches_it() {
+    let h = Harness::new();
+    let keys: Vec<u64> = (0..64).collect();
+    h.apply(&keys.iter().map(|&k| (true, k)).collect::<Vec<_>>(), None);
+    h.check();
+    for copy in 0..2 {
+        h.tree.shared.heads[copy]
+            .depth
+            .store(2, crate::sync::Ordering::Relaxed);
+    }
+    let e = h.tree.check(|a, b| a.key < b.key).unwrap_err();
+    assert!(e.contains("readers take"), "{e}");
+    assert!(keys.iter().any(|&k| !h.contains(k)));
+}
