@@ -308,9 +308,10 @@ impl Reclaimer {
         let ptr = ptr.cast::<u8>();
         #[cfg(not(latchtree_loom))]
         {
-            // SAFETY: pinned readers that can still see `ptr` keep the epoch
-            // from advancing past it (caller: it is unreachable for later
-            // pins), so the destructor runs after the last of them unpins.
+            // Pinned readers that can still see `ptr` keep the epoch from advancing past it
+            // (caller: it is unreachable for later pins), so the destructor runs after the last of
+            // them unpins.
+            // SAFETY: so no pinned reader can still reach `ptr` when it is dropped.
             unsafe { guard.defer_unchecked(move || drop_or_postpone::<T>(ptr)) };
         }
         #[cfg(latchtree_loom)]

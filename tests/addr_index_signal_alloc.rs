@@ -182,9 +182,9 @@ fn run(time: Duration) -> (u64, u64) {
         let targets = ids.each_ref().map(|t| t.load(Acquire) as libc::pthread_t);
         let mut k = 0usize;
         while !writer.is_finished() {
-            // SAFETY: both threads are alive until `stop` / the writer
-            // returns; the handler is installed. A signal to a thread that
-            // just exited would be ESRCH, which is only counted.
+            // Both threads are alive until `stop` / the writer returns; the handler is installed. A
+            // signal to a thread that just exited would be ESRCH, which is only counted.
+            // SAFETY: so the signal targets a live thread with a handler.
             let _ = unsafe { libc::pthread_kill(targets[k % 2], libc::SIGUSR2) };
             k += 1;
             thread::sleep(Duration::from_micros(20));

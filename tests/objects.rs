@@ -766,9 +766,8 @@ fn lookups_in_a_signal_handler_while_another_thread_loads_and_unloads() {
     let signaller = std::thread::spawn(move || {
         let mut round = 0_u64;
         while !DONE.load(Relaxed) {
-            // SAFETY: signalling a live thread of this process (this one,
-            // or the writer, which joins us before it returns), whose
-            // SIGUSR1 handler is installed.
+            // SAFETY: signalling a live thread of this process (this one, or the writer, which
+            // joins us before it returns), whose SIGUSR1 handler is installed.
             unsafe {
                 libc::pthread_kill(libc::pthread_self(), libc::SIGUSR1);
                 if round.is_multiple_of(8) {

@@ -315,9 +315,8 @@ mod linux {
             // What a signal handler would record: plain numbers.
             let recorded = OBJECTS.lookup(address).map(|hit| (hit.id().get(), address));
 
-            // SAFETY: `handle` came from dlopen above and is closed once; no
-            // pointer into the library is dereferenced after this (we keep
-            // only its address as a number).
+            // SAFETY: `handle` came from dlopen above and is closed once; no pointer into the
+            // library is dereferenced after this (we keep only its address as a number).
             let closed = unsafe { libc::dlclose(handle) };
             let after_close = LoadedObjects::load_counters();
             println!(

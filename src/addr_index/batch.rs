@@ -353,9 +353,8 @@ impl<T> IndexBatch<'_, T> {
     /// });
     /// ```
     pub fn get(&self, id: ModuleId) -> Option<&T> {
-        // SAFETY: records of the version being built live at least until
-        // the transaction ends (they are retired after it), and `&self`
-        // borrows the batch.
+        // SAFETY: records of the version being built live at least until the transaction ends (they
+        // are retired after it), and `&self` borrows the batch.
         self.record(id).map(|r| &*unsafe { r.as_ref() }.value)
     }
 
@@ -716,9 +715,9 @@ impl<T: Send + Sync + 'static> AddrIndex<T> {
         }
         let mut owned = 0;
         for &&(id, rec) in &live {
-            // SAFETY: under the writer lock, with no transaction running,
-            // the records in table 0 are owned by the index and not retired
-            // (records are retired only once out of both tables).
+            // Under the writer lock, with no transaction running, the records in table 0 are owned
+            // by the index and not retired (records are retired only once out of both tables).
+            // SAFETY: so `rec` points to a live record.
             let r = unsafe { &*rec };
             if r.id != id {
                 return Err(format!("slot {id} holds the record of #{}", r.id));

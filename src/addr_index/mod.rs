@@ -246,11 +246,11 @@ pub struct AddrIndex<T> {
 #[repr(align(128))]
 struct CopyBounds([AtomicU64; 2]);
 
-// SAFETY: the index owns `Arc<T>`s (dropped possibly on another thread, and
-// shared with any thread: `T: Send + Sync`) and hands out `&T` to any thread
-// (`Sync`). Range nodes and tables hold only atomics; their raw pointers
-// point into storage the index owns, and the writer state behind them is
-// only touched under the writer lock.
+// The index owns `Arc<T>`s (dropped possibly on another thread, and shared with any thread: `T:
+// Send + Sync`) and hands out `&T` to any thread (`Sync`). Range nodes and tables hold only
+// atomics; their raw pointers point into storage the index owns, and the writer state behind them
+// is only touched under the writer lock.
+// SAFETY: so sending the index to another thread is sound.
 unsafe impl<T: Send + Sync> Send for AddrIndex<T> {}
 // SAFETY: as above.
 unsafe impl<T: Send + Sync> Sync for AddrIndex<T> {}
@@ -287,9 +287,10 @@ impl<T> AddrIndex<T> {
     /// safe without a guard.
     #[inline(always)]
     fn read<'a, R>(&'a self, attempt: impl FnMut(View<'a, Node<T>>) -> Option<R>) -> R {
-        // SAFETY: every pointer a reader can load from `tree` is null or
-        // points into the slab's chunks, which are freed only when the index
-        // is dropped, impossible while `&'a self` is held (slab.rs).
+        // Every pointer a reader can load from `tree` is null or points into the slab's chunks,
+        // which are freed only when the index is dropped, impossible while `&'a self` is held
+        // (slab.rs).
+        // SAFETY: so `tree.read`'s contract holds for 'a.
         unsafe { self.tree.read(attempt) }
     }
 

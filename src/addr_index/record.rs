@@ -314,9 +314,9 @@ impl<T> Table<T> {
         // Push-only list (no ABA: nothing is popped singly).
         let mut head = self.replaced.load(Ordering::Relaxed);
         loop {
-            // SAFETY: `old` came from `Box::into_raw` here and is no longer
-            // published; only this list refers to it now, and its
-            // `replaced_next` is read only by whoever takes the list.
+            // `old` came from `Box::into_raw` here and is no longer published; only this list
+            // refers to it now, and its `replaced_next` is read only by whoever takes the list.
+            // SAFETY: so `old` is live and only this list refers to it.
             unsafe { old.as_ref() }
                 .replaced_next
                 .store(head, Ordering::Relaxed);

@@ -205,9 +205,10 @@ impl<M> Slab<M> {
 /// transparent huge page. Best effort: with huge pages off, nothing changes.
 #[cfg(all(feature = "huge-pages", target_os = "linux", not(miri)))]
 fn advise_huge_page(p: NonNull<u8>, len: usize) {
-    // SAFETY: the range is an allocation this slab owns, page-aligned;
-    // MADV_HUGEPAGE changes only how the kernel backs it, never its
-    // contents or validity. The result is ignored: a refusal changes nothing.
+    // The range is an allocation this slab owns, page-aligned; MADV_HUGEPAGE changes only how the
+    // kernel backs it, never its contents or validity. The result is ignored: a refusal changes
+    // nothing.
+    // SAFETY: so the call cannot break memory safety.
     let _ = unsafe { libc::madvise(p.as_ptr().cast(), len, libc::MADV_HUGEPAGE) };
 }
 
@@ -218,9 +219,10 @@ impl<M> Drop for Slab<M> {
     fn drop(&mut self) {
         const { assert!(!core::mem::needs_drop::<RangeNode<M>>()) };
         for chunk in self.chunks.drain(..) {
-            // SAFETY: each chunk came from `std::alloc::alloc` with this
-            // layout in `grow` and is freed once, when the index (and so
-            // every reader's borrow) is gone; nodes need no drop (asserted).
+            // Each chunk came from `std::alloc::alloc` with this layout in `grow` and is freed
+            // once, when the index (and so every reader's borrow) is gone; nodes need no drop
+            // (asserted).
+            // SAFETY: so this frees each chunk once, with its own layout.
             unsafe { std::alloc::dealloc(chunk.base.as_ptr().cast(), chunk.layout) };
         }
     }

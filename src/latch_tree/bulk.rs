@@ -65,9 +65,8 @@ impl<K, V> Run<K, V> {
         debug_assert!(tree.raw.len() == 0);
         // `tree` is empty and exclusively borrowed; the nodes are fresh,
         // distinct and in no tree.
-        // SAFETY: and in strictly increasing key order (every caller checks
-        // or establishes it), owned by the tree from now on (taken out of
-        // the run).
+        // SAFETY: and in strictly increasing key order (every caller checks or establishes it),
+        // owned by the tree from now on (taken out of the run).
         unsafe { tree.raw.build(&self.0) };
         self.0.clear();
     }

@@ -260,9 +260,8 @@ pub struct LatchTree<K, V> {
     _owns: PhantomData<Box<Node<K, V>>>,
 }
 
-// SAFETY: the tree owns `K`s and `V`s (moved in, dropped possibly on another
-// thread: `Send`), and shares `&K`/`&V` with readers on any thread (`Sync`).
-// Every racy word of a node is an atomic.
+// SAFETY: the tree owns `K`s and `V`s (moved in, dropped possibly on another thread: `Send`), and
+// shares `&K`/`&V` with readers on any thread (`Sync`). Every racy word of a node is an atomic.
 unsafe impl<K: Send + Sync, V: Send + Sync> Send for LatchTree<K, V> {}
 // SAFETY: as above.
 unsafe impl<K: Send + Sync, V: Send + Sync> Sync for LatchTree<K, V> {}
@@ -508,10 +507,10 @@ fn free_nodes<K, V>(nodes: impl IntoIterator<Item = NonNull<Node<K, V>>>) {
     let mut panic = None;
     for node in nodes {
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            // SAFETY: the caller hands over nodes that came from
-            // `Node::alloc` or `Shells::alloc` (a `Box<Node>`'s allocation,
-            // holding a key and value), are reachable by no reader and are
-            // freed once.
+            // The caller hands over nodes that came from `Node::alloc` or `Shells::alloc` (a
+            // `Box<Node>`'s allocation, holding a key and value), are reachable by no reader and
+            // are freed once.
+            // SAFETY: so each is a live `Box<Node>`, unreachable, freed once.
             drop(unsafe { Box::from_raw(node.as_ptr()) });
         }));
         if let Err(p) = r {

@@ -191,9 +191,10 @@ pub(crate) unsafe fn parse_object(
             problems.push(ProblemKind::MalformedNote(NoteError::OutsideLoadSegments));
             continue;
         };
-        // SAFETY: `addr..addr + len` lies inside one of the readable PT_LOAD
-        // segments of `headers` (checked just above), for which our caller
-        // guarantees that `memory.read` is sound during this call.
+        // `addr..addr + len` lies inside one of the readable PT_LOAD segments of `headers` (checked
+        // just above), for which our caller guarantees that `memory.read` is sound during this
+        // call.
+        // SAFETY: so `memory.read` is sound for this range.
         let Some(bytes) = (unsafe { memory.read(addr, len) }) else {
             problems.push(ProblemKind::MalformedNote(NoteError::OutsideLoadSegments));
             continue;
@@ -322,9 +323,10 @@ unsafe extern "C" fn on_object(
     size: usize,
     data: *mut c_void,
 ) -> c_int {
-    // SAFETY: `data` is the `&mut Pass` that `pass` handed to
-    // dl_iterate_phdr, which calls back synchronously on this thread while
-    // `pass` is blocked in it; nothing else touches the `Pass` meanwhile.
+    // `data` is the `&mut Pass` that `pass` handed to dl_iterate_phdr, which calls back
+    // synchronously on this thread while `pass` is blocked in it; nothing else touches the `Pass`
+    // meanwhile.
+    // SAFETY: so this is the only reference to the `Pass`.
     let pass = unsafe { &mut *data.cast::<Pass>() };
     let first = pass.scan.objects.is_empty();
     if first {
@@ -334,9 +336,8 @@ unsafe extern "C" fn on_object(
     if pass.counters_only {
         return 1; // non-zero stops the iteration
     }
-    // SAFETY: `info` is valid for the callback; these four fields are the
-    // first of `dl_phdr_info`, present in every version of it. Raw place
-    // reads, no reference to the struct.
+    // SAFETY: `info` is valid for the callback; these four fields are the first of `dl_phdr_info`,
+    // present in every version of it. Raw place reads, no reference to the struct.
     let (bias, name, phdr, phnum) = unsafe {
         (
             (*info).dlpi_addr,
@@ -355,16 +356,17 @@ unsafe extern "C" fn on_object(
     let headers: &[libc::Elf64_Phdr] = if phdr.is_null() || phnum == 0 {
         &[]
     } else {
-        // SAFETY: `dlpi_phdr` points at the object's `dlpi_phnum` program
-        // headers, mapped with the object and unchanged while it is loaded,
-        // so for this callback; the slice does not outlive it.
+        // `dlpi_phdr` points at the object's `dlpi_phnum` program headers, mapped with the object
+        // and unchanged while it is loaded, so for this callback; the slice does not outlive it.
+        // SAFETY: so the slice is valid for this callback.
         unsafe { slice::from_raw_parts(phdr, usize::from(phnum)) }
     };
     pass.headers.clear();
     pass.headers.extend(headers.iter().map(ProgramHeader::from));
-    // SAFETY: `LoadedMemory` reads this process's memory; the object's
-    // readable PT_LOAD segments are mapped readable and stay so while the
-    // loader's lock, held during this callback, keeps the object loaded.
+    // `LoadedMemory` reads this process's memory; the object's readable PT_LOAD segments are mapped
+    // readable and stay so while the loader's lock, held during this callback, keeps the object
+    // loaded.
+    // SAFETY: so reading those segments is sound during the callback.
     let object = unsafe {
         parse_object(
             name,

@@ -37,9 +37,9 @@ impl<'t, N: Linked> Side<'t, N> {
     /// # Safety
     /// `n` is non-null and points to a live node.
     unsafe fn links(&self, n: *mut N) -> &'t Links<N> {
-        // SAFETY: the caller promises `n` is live; nodes outlive every writer
-        // operation that can reach them (they are released only after the
-        // transaction that unlinked them has finished).
+        // The caller promises `n` is live; nodes outlive every writer operation that can reach them
+        // (they are released only after the transaction that unlinked them has finished).
+        // SAFETY: so `n` points to a live node.
         unsafe { (*n).links(self.copy) }
     }
 
@@ -135,9 +135,9 @@ impl<'t, N: Linked> Side<'t, N> {
     /// `node` is live and not in this copy; `parent` is null (only when the
     /// copy is empty) or a live node of this copy whose `dir` child is nil.
     pub(crate) unsafe fn insert(&self, node: *mut N, parent: *mut N, dir: Dir) {
-        // SAFETY: every pointer dereferenced below is `node`, `parent`, or a
-        // node reached from them through this copy's links: all live (the
-        // caller's promise, and the tree holds only live nodes).
+        // Every pointer dereferenced below is `node`, `parent`, or a node reached from them through
+        // this copy's links: all live (the caller's promise, and the tree holds only live nodes).
+        // SAFETY: so every dereference below is of a live node.
         unsafe {
             let l = self.links(node);
             // Initialise the links before the node is published below.
@@ -258,9 +258,10 @@ impl<'t, N: Linked> Side<'t, N> {
     /// `x` is null or live, `xp` is `x`'s parent in this copy (null only if
     /// `x` is the root).
     unsafe fn erase_fixup(&self, mut x: *mut N, mut xp: *mut N) {
-        // SAFETY: all nodes reached are live nodes of this copy. A nil `x`
-        // that is not the root has a non-nil sibling, because the removed
-        // black node left its sibling subtree with black height >= 1.
+        // All nodes reached are live nodes of this copy. A nil `x` that is not the root has a
+        // non-nil sibling, because the removed black node left its sibling subtree with black
+        // height >= 1.
+        // SAFETY: so every dereference below is of a live node.
         unsafe {
             while x != self.root() && !self.is_red(x) {
                 // `x` is nil or the child on side `dir` of `xp`. When `x` is

@@ -610,9 +610,8 @@ impl<'t, N: Linked> Txn<'t, N> {
     pub(crate) fn descend<'a>(&'a self, mut step: impl FnMut(&'a N) -> Option<Dir>) {
         let side = self.side();
         let mut cur = side.root();
-        // SAFETY: copy 0 holds only live nodes while the writer lock is held,
-        // and no node is released before the transaction ends, which is
-        // after every borrow of it.
+        // SAFETY: copy 0 holds only live nodes while the writer lock is held, and no node is
+        // released before the transaction ends, which is after every borrow of it.
         while let Some(n) = unsafe { cur.as_ref() } {
             match step(n) {
                 None => return,
@@ -671,10 +670,10 @@ impl<'g, N: Linked> View<'g, N> {
             return None;
         }
         for _ in 0..trips {
-            // SAFETY: `cur` is never null here (the root was not, and a null
-            // child is never taken), and by `RawTree::read`'s contract every
-            // pointer a reader can load from this tree points to memory
-            // valid for 'g.
+            // `cur` is never null here (the root was not, and a null child is never taken), and by
+            // `RawTree::read`'s contract every pointer a reader can load from this tree points to
+            // memory valid for 'g.
+            // SAFETY: so `cur` points to a node valid for 'g.
             let node = unsafe { &*cur };
             let next = match step(node) {
                 Some(dir) => node.links(self.copy).load_child(dir),

@@ -18,9 +18,8 @@ fn count(bytes: isize, blocks: isize) {
     }
 }
 
-// SAFETY: every method forwards to `System` with the caller's arguments
-// unchanged, so `System`'s guarantees carry over; counting has no effect on
-// the memory returned.
+// SAFETY: every method forwards to `System` with the caller's arguments unchanged, so `System`'s
+// guarantees carry over; counting has no effect on the memory returned.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         count(layout.size() as isize, 1);
