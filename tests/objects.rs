@@ -695,11 +695,12 @@ static CYCLING_MISSES: AtomicU64 = AtomicU64::new(0);
 static CYCLING_LOOKUPS: AtomicU64 = AtomicU64::new(0);
 /// The id of the last recorded hit on the cycling library.
 static LAST_ID: AtomicU64 = AtomicU64::new(0);
-/// Hits on the cycling library, one per load seen: `(id, link-time
-/// address)` pairs.
+/// Hits on the cycling library, one per load seen: `(id, pc, link-time
+/// address)` triples.
 const RECORDS: usize = 1 << 14;
 static RECORDED: AtomicUsize = AtomicUsize::new(0);
 static RECORD_ID: [AtomicU64; RECORDS] = [const { AtomicU64::new(0) }; RECORDS];
+static RECORD_PC: [AtomicU64; RECORDS] = [const { AtomicU64::new(0) }; RECORDS];
 static RECORD_ADDRESS: [AtomicU64; RECORDS] = [const { AtomicU64::new(0) }; RECORDS];
 
 /// Async-signal-safe: lookups and atomics only.
@@ -719,6 +720,7 @@ extern "C" fn on_sigusr1(_: c_int) {
             let n = RECORDED.fetch_add(1, Relaxed);
             if n < RECORDS {
                 RECORD_ID[n].store(hit.id().get(), Relaxed);
+                RECORD_PC[n].store(pc, Relaxed);
                 RECORD_ADDRESS[n].store(hit.link_address(), Relaxed);
             }
         }
@@ -779,18 +781,25 @@ fn lookups_in_a_signal_handler_while_another_thread_loads_and_unloads() {
     });
 
     let cycles = if cfg!(debug_assertions) { 150 } else { 400 };
-    let mut ids = Vec::new();
+    // Each load's id and the pc the handler was given for it.
+    let mut loads = std::collections::BTreeMap::new();
     for _ in 0..cycles {
         let handle = cycling.open();
         let refresh = LIVE.refresh();
         let loaded = added_at(&refresh, &cycling.path).clone();
-        ids.push(loaded.id());
-        CYCLING_PC.store(handle.symbol(c"adler32_z"), Relaxed);
+        let pc = handle.symbol(c"adler32_z");
+        loads.insert(loaded.id(), pc);
+        CYCLING_PC.store(pc, Relaxed);
         // Give the handler a moment to see this load.
         let start = std::time::Instant::now();
         while LAST_ID.load(Relaxed) != loaded.id().get() && start.elapsed().as_millis() < 20 {
             std::thread::yield_now();
         }
+        // The pc goes stale with the close. A handler that read it just
+        // before this store may still look it up after the library is
+        // mapped again, at another base: it then hits the new load at
+        // another offset, rightly (checked below).
+        CYCLING_PC.store(0, Relaxed);
         handle.close();
         let refresh = LIVE.refresh();
         assert_eq!(refresh.removed.len(), 1);
@@ -817,15 +826,17 @@ fn lookups_in_a_signal_handler_while_another_thread_loads_and_unloads() {
     // id, the right link-time address.
     let build_id = readelf_build_id(&cycling.path).flatten();
     let mut seen = std::collections::BTreeSet::new();
+    let mut stale = 0;
     for i in 0..recorded {
         let id = ModuleId::from_raw(RECORD_ID[i].load(Relaxed));
+        let pc = RECORD_PC[i].load(Relaxed);
+        let address = RECORD_ADDRESS[i].load(Relaxed);
         let object = LIVE
             .object(id)
             .unwrap_or_else(|| panic!("hit #{i}: {id} unknown"));
-        assert!(
-            ids.contains(&id),
-            "hit #{i}: {id} is not a load of the cycling library"
-        );
+        let Some(&given) = loads.get(&id) else {
+            panic!("hit #{i}: {id} is not a load of the cycling library");
+        };
         assert_eq!(object.info().path(), cycling.path);
         if let Some(build_id) = &build_id {
             assert_eq!(
@@ -833,9 +844,22 @@ fn lookups_in_a_signal_handler_while_another_thread_loads_and_unloads() {
                 Some(build_id)
             );
         }
-        assert_eq!(RECORD_ADDRESS[i].load(Relaxed), expected_link_address);
+        // The hit's object covers the pc, and the link-time address is
+        // the pc less that object's bias.
+        assert!(
+            object.info().segments().iter().any(|s| s.range.contains(&pc)),
+            "hit #{i}: {pc:#x} is outside {id}"
+        );
+        assert_eq!(address, pc - object.info().bias(), "hit #{i}");
+        if pc == given {
+            assert_eq!(address, expected_link_address, "hit #{i}");
+        } else {
+            stale += 1;
+        }
         seen.insert(id);
     }
+    println!("{stale} of the hits on a stale pc");
+    assert!(stale * 10 <= recorded, "{stale} of {recorded} hits on a stale pc");
     // The writer waits (briefly) for a hit on each load.
     assert!(
         seen.len() * 10 >= cycles * 9,
