@@ -41,7 +41,10 @@
 //! *any* pin that collects (a thread's outermost pin, every 128th; any
 //! `flush`), so what this crate still defers through the epoch (the address
 //! index's records, whose drop may drop a user value, and its module-table
-//! arrays: [`Reclaimer::retire`]) goes through the same postponement.
+//! arrays: [`Reclaimer::retire`]) goes through the same postponement. So
+//! does the collecting itself: a nested write's limbo job, and a nested
+//! index write's retire-and-flush, run when the outermost scope ends
+//! ([`after_outermost_write`]).
 //!
 //! A panic from a user `Drop` during reclamation cannot be propagated to
 //! anyone useful (it belongs to an entry removed by an earlier write); it is
@@ -144,8 +147,8 @@ std::thread_local! {
     static WRITE_DEPTH: Cell<usize> = const { Cell::new(0) };
     /// Destructors postponed until this thread leaves its outermost scope.
     static POSTPONED: RefCell<Vec<Retired>> = const { RefCell::new(Vec::new()) };
-    /// Limbo jobs postponed likewise (`Job::run`).
-    static POSTPONED_JOBS: RefCell<Vec<(Job, Reclaimer)>> = const { RefCell::new(Vec::new()) };
+    /// Reclamation work postponed likewise ([`postpone`]).
+    static POSTPONED_WORK: RefCell<Vec<Box<dyn FnOnce()>>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Marks the current thread as (possibly) holding a writer lock, from
@@ -177,13 +180,32 @@ impl Drop for WriterScope {
             // and its epoch had passed when it was postponed.
             unsafe { (r.drop)(r.ptr) };
         }
-        while let Some((job, reclaim)) = POSTPONED_JOBS
+        while let Some(work) = POSTPONED_WORK
             .try_with(|p| p.borrow_mut().pop())
             .ok()
             .flatten()
         {
-            job.run(&reclaim);
+            work();
         }
+    }
+}
+
+/// Runs `work` (reclamation that pins and collects) when this thread
+/// leaves its outermost [`WriterScope`]; right away if it is in none, or if
+/// its thread-locals are being destroyed. A collection inside a write
+/// nested in another tree's batch closure would run other deferred
+/// closures under that write's lock (DESIGN §7).
+pub(crate) fn after_outermost_write(work: impl FnOnce() + 'static) {
+    let mut work = Some(work);
+    if in_writer_scope() {
+        let _ = POSTPONED_WORK.try_with(|p| {
+            if let Some(w) = work.take() {
+                p.borrow_mut().push(Box::new(w));
+            }
+        });
+    }
+    if let Some(work) = work {
+        work();
     }
 }
 
@@ -416,13 +438,9 @@ impl Job {
     /// scope instead: a collection would run other deferred closures under
     /// that write's lock (review finding).
     pub(crate) fn run(self, reclaim: &Reclaimer) {
-        if WRITE_DEPTH.with(Cell::get) > 0 {
-            let mut entry = Some((self, reclaim.same_collector()));
-            // Fails only during thread-local destruction: then run now.
-            let _ = POSTPONED_JOBS.try_with(|p| p.borrow_mut().extend(entry.take()));
-            if let Some((job, reclaim)) = entry {
-                job.run_collecting(&reclaim, 1);
-            }
+        if in_writer_scope() {
+            let reclaim = reclaim.same_collector();
+            after_outermost_write(move || self.run_collecting(&reclaim, 1));
             return;
         }
         self.run_collecting(reclaim, 1);

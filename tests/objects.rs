@@ -847,7 +847,11 @@ fn lookups_in_a_signal_handler_while_another_thread_loads_and_unloads() {
         // The hit's object covers the pc, and the link-time address is
         // the pc less that object's bias.
         assert!(
-            object.info().segments().iter().any(|s| s.range.contains(&pc)),
+            object
+                .info()
+                .segments()
+                .iter()
+                .any(|s| s.range.contains(&pc)),
             "hit #{i}: {pc:#x} is outside {id}"
         );
         assert_eq!(address, pc - object.info().bias(), "hit #{i}");
@@ -859,7 +863,10 @@ fn lookups_in_a_signal_handler_while_another_thread_loads_and_unloads() {
         seen.insert(id);
     }
     println!("{stale} of the hits on a stale pc");
-    assert!(stale * 10 <= recorded, "{stale} of {recorded} hits on a stale pc");
+    assert!(
+        stale * 10 <= recorded,
+        "{stale} of {recorded} hits on a stale pc"
+    );
     // The writer waits (briefly) for a hit on each load.
     assert!(
         seen.len() * 10 >= cycles * 9,

@@ -27,7 +27,7 @@ use super::slab::Fields;
 use super::types::{ModuleId, ModuleMeta, RawHit, Removed, Segment, Segments};
 use super::{AddrIndex, Ending, Node, Writer};
 use crate::raw::{Dir, Slot, Txn};
-use crate::reclaim::WriterScope;
+use crate::reclaim::{self, Reclaimer, WriterScope};
 use crate::sync::Ordering;
 use core::cell::Cell;
 use core::fmt;
@@ -429,13 +429,13 @@ fn fields<T>(r: &Record<T>, s: &Segment) -> Fields<Record<T>> {
 /// of the writer state under the lock; retired through the epoch (with the
 /// module tables' replaced arrays) and flushed when dropped, after the lock
 /// (also while unwinding).
-struct Gone<'a, T> {
+struct Gone<'a, T: 'static> {
     index: &'a AddrIndex<T>,
     first: Option<NonNull<Record<T>>>,
     rest: Vec<NonNull<Record<T>>>,
 }
 
-impl<T> Gone<'_, T> {
+impl<T: 'static> Gone<'_, T> {
     fn push(&mut self, rec: NonNull<Record<T>>) {
         match self.first {
             None => self.first = Some(rec),
@@ -444,36 +444,65 @@ impl<T> Gone<'_, T> {
     }
 }
 
-impl<T> Drop for Gone<'_, T> {
+impl<T: 'static> Drop for Gone<'_, T> {
     fn drop(&mut self) {
         let Some(first) = self.first.take() else {
             return;
         };
-        // Pinned after the lock: pinning may run deferred destructors.
-        let guard = self.index.pin();
-        // Arrays the tables replaced go with the records: a write that only
-        // inserts never pins (growth is geometric, so the arrays waiting
-        // meanwhile hold fewer slots than the published one).
-        for t in &self.index.tables {
-            if t.has_replaced() {
-                t.retire_replaced(&self.index.reclaim, &guard);
-            }
+        let records = core::iter::once(first).chain(self.rest.drain(..));
+        if reclaim::in_writer_scope() {
+            // A write nested in another tree's batch closure: its writer
+            // lock is held, and pinning or flushing here could run other
+            // deferred closures under it. The records (owned here, not by
+            // the index, which may be gone by then) are retired when the
+            // outermost write ends; the replaced table arrays wait for the
+            // next write (or the index's drop).
+            let same = self.index.reclaim.same_collector();
+            let records: Vec<_> = records.collect();
+            reclaim::after_outermost_write(move || {
+                // SAFETY: as below; postponing a retirement only delays it.
+                unsafe { retire_and_flush::<T>(&same, &[], records) }
+            });
+            return;
         }
-        for rec in core::iter::once(first).chain(self.rest.drain(..)) {
-            // `rec` left every copy of the tree and the table in a
-            // transaction that has finished; each record is taken out of a
-            // version once and pushed here once.
-            // SAFETY: so readers pinned from now on cannot reach it, and it
-            // is retired once; `guard` pins the default collector.
-            unsafe { record::retire(&self.index.reclaim, &guard, rec) };
-        }
-        // The first round of `flush` (hand the records to the collector,
-        // advance the epoch once) with this guard; then unpinned, since a
-        // guard of this thread would hold the epoch back from the second.
-        guard.flush();
-        drop(guard);
-        self.index.flush();
+        // SAFETY: see `retire_and_flush`: each record left every copy of the tree and the table in
+        // a transaction that has finished, was taken out of a version once and pushed here once.
+        unsafe { retire_and_flush(&self.index.reclaim, &self.index.tables, records) };
     }
+}
+
+/// Retires `records` and the arrays `tables` replaced, then flushes the
+/// collector until they are dropped (after the writer lock: pinning may run
+/// deferred destructors).
+///
+/// # Safety
+/// Each record left every copy of the tree and the module table in a
+/// finished transaction, is retired once, and `reclaim` is its index's.
+unsafe fn retire_and_flush<T>(
+    reclaim: &Reclaimer,
+    tables: &[record::Table<T>],
+    records: impl IntoIterator<Item = NonNull<Record<T>>>,
+) {
+    let guard = reclaim.pin();
+    // Arrays the tables replaced go with the records: a write that only
+    // inserts never pins (growth is geometric, so the arrays waiting
+    // meanwhile hold fewer slots than the published one).
+    for t in tables {
+        if t.has_replaced() {
+            t.retire_replaced(reclaim, &guard);
+        }
+    }
+    for rec in records {
+        // SAFETY: readers pinned from now on cannot reach `rec` (caller), it is retired once, and
+        // `guard` pins its index's collector.
+        unsafe { record::retire(reclaim, &guard, rec) };
+    }
+    // The first round of `flush` (hand the records to the collector,
+    // advance the epoch once) with this guard; then unpinned, since a
+    // guard of this thread would hold the epoch back from the second.
+    guard.flush();
+    drop(guard);
+    record::flush(reclaim);
 }
 
 impl<T: Send + Sync + 'static> AddrIndex<T> {
