@@ -147,7 +147,7 @@ std::thread_local! {
     static WRITE_DEPTH: Cell<usize> = const { Cell::new(0) };
     /// Destructors postponed until this thread leaves its outermost scope.
     static POSTPONED: RefCell<Vec<Retired>> = const { RefCell::new(Vec::new()) };
-    /// Reclamation work postponed likewise ([`postpone`]).
+    /// Reclamation work postponed likewise ([`after_outermost_write`]).
     static POSTPONED_WORK: RefCell<Vec<Box<dyn FnOnce()>>> = const { RefCell::new(Vec::new()) };
 }
 
