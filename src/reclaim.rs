@@ -145,10 +145,9 @@ std::thread_local! {
     /// How many writer scopes this thread is inside. No destructor, so it
     /// stays readable during thread-local destruction.
     static WRITE_DEPTH: Cell<usize> = const { Cell::new(0) };
-    /// Destructors postponed until this thread leaves its outermost scope.
-    static POSTPONED: RefCell<Vec<Retired>> = const { RefCell::new(Vec::new()) };
-    /// Reclamation work postponed likewise ([`after_outermost_write`]).
-    static POSTPONED_WORK: RefCell<Vec<Box<dyn FnOnce()>>> = const { RefCell::new(Vec::new()) };
+    /// Destructors and reclamation work postponed until this thread leaves
+    /// its outermost scope ([`after_outermost_write`]).
+    static POSTPONED: RefCell<Vec<Box<dyn FnOnce()>>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Marks the current thread as (possibly) holding a writer lock, from
@@ -175,16 +174,7 @@ impl Drop for WriterScope {
         // Outermost scope left: the lock is released. Run what was
         // postponed, one at a time without holding the list borrowed (a
         // destructor may write, and so postpone and drain, itself).
-        while let Some(r) = POSTPONED.try_with(|p| p.borrow_mut().pop()).ok().flatten() {
-            // SAFETY: each entry was retired once with its matching dropper,
-            // and its epoch had passed when it was postponed.
-            unsafe { (r.drop)(r.ptr) };
-        }
-        while let Some(work) = POSTPONED_WORK
-            .try_with(|p| p.borrow_mut().pop())
-            .ok()
-            .flatten()
-        {
+        while let Some(work) = POSTPONED.try_with(|p| p.borrow_mut().pop()).ok().flatten() {
             work();
         }
     }
@@ -198,7 +188,7 @@ impl Drop for WriterScope {
 pub(crate) fn after_outermost_write(work: impl FnOnce() + 'static) {
     let mut work = Some(work);
     if in_writer_scope() {
-        let _ = POSTPONED_WORK.try_with(|p| {
+        let _ = POSTPONED.try_with(|p| {
             if let Some(w) = work.take() {
                 p.borrow_mut().push(Box::new(w));
             }
@@ -216,19 +206,20 @@ pub(crate) fn after_outermost_write(work: impl FnOnce() + 'static) {
 /// As for [`drop_box`]; no pinned reader can reach `ptr` any more.
 #[cfg_attr(latchtree_loom, allow(dead_code))]
 unsafe fn drop_or_postpone<T>(ptr: NonNull<u8>) {
-    let mut entry = Some(Retired {
+    /// # Safety
+    /// `r.ptr` is a `Box` that `r.drop` may drop, and no reader can reach it.
+    // Not generic, so that its closure does not need `T: 'static`.
+    unsafe fn drop_after_outermost_write(r: Retired) {
+        // SAFETY: the caller's contract; the closure runs once.
+        after_outermost_write(move || unsafe { (r.drop)(r.ptr) });
+    }
+    let r = Retired {
         ptr,
         drop: drop_box::<T>,
-    });
-    if WRITE_DEPTH.with(Cell::get) > 0 {
-        // Fails only during this thread's thread-local destruction (a write
-        // from a thread-local destructor): then it runs right away.
-        let _ = POSTPONED.try_with(|p| p.borrow_mut().extend(entry.take()));
-    }
-    if let Some(r) = entry {
-        // SAFETY: caller.
-        unsafe { (r.drop)(r.ptr) };
-    }
+    };
+    // SAFETY: `drop_box::<T>` is the dropper of the `Box<T>` behind `ptr`
+    // (caller), which no pinned reader can reach any more.
+    unsafe { drop_after_outermost_write(r) };
 }
 
 /// Pins the current thread to crossbeam-epoch's default collector: the

@@ -317,22 +317,19 @@ fn removed_values_are_dropped_even_if_later_writes_only_insert() {
 std::thread_local! {
     static IN_OUTER_WRITE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
-static FOREIGN_RAN_UNDER_OUTER: AtomicUsize = AtomicUsize::new(0);
 
-/// Review finding: a write nested in another tree's batch closure ran its
-/// reclamation job (pin + flush: a collection) right there, so crossbeam
-/// ran *other* code's deferred closures under the outer tree's writer lock
-/// (DESIGN §7). The job is now postponed to the end of the outermost write.
-#[test]
-fn a_nested_write_does_not_collect_under_the_outer_writer_lock() {
+/// Runs `nested(round)` inside a batch of another tree, `rounds` times, each
+/// time after deferring a foreign closure to the default collector; returns
+/// how many of those closures ran under the outer tree's writer lock.
+fn foreign_closures_run_under_an_outer_write(rounds: u64, mut nested: impl FnMut(u64)) -> usize {
     let outer = latchtree::LatchTree::new();
-    let inner = latchtree::LatchTree::new();
-    for round in 0..size(50, 10) {
-        inner.insert(round, round);
+    let ran_under = Arc::new(AtomicUsize::new(0));
+    for round in 0..rounds {
         let g = latchtree::pin();
-        g.defer(|| {
+        let counter = Arc::clone(&ran_under);
+        g.defer(move || {
             if IN_OUTER_WRITE.with(std::cell::Cell::get) {
-                FOREIGN_RAN_UNDER_OUTER.fetch_add(1, Relaxed);
+                counter.fetch_add(1, Relaxed);
             }
         });
         g.flush();
@@ -340,11 +337,25 @@ fn a_nested_write_does_not_collect_under_the_outer_writer_lock() {
         outer.write(|b| {
             b.insert(round, round);
             IN_OUTER_WRITE.with(|f| f.set(true));
-            inner.remove(&round);
+            nested(round);
             IN_OUTER_WRITE.with(|f| f.set(false));
         });
     }
-    assert_eq!(FOREIGN_RAN_UNDER_OUTER.load(Relaxed), 0);
+    ran_under.load(Relaxed)
+}
+
+/// Review finding: a write nested in another tree's batch closure ran its
+/// reclamation job (pin + flush: a collection) right there, so crossbeam
+/// ran *other* code's deferred closures under the outer tree's writer lock
+/// (DESIGN §7). The job is now postponed to the end of the outermost write.
+#[test]
+fn a_nested_write_does_not_collect_under_the_outer_writer_lock() {
+    let inner = latchtree::LatchTree::new();
+    let ran = foreign_closures_run_under_an_outer_write(size(50, 10), |round| {
+        inner.insert(round, round);
+        inner.remove(&round);
+    });
+    assert_eq!(ran, 0);
 }
 
 /// The same for an `AddrIndex` write nested in a tree's batch: its removed
@@ -353,27 +364,13 @@ fn a_nested_write_does_not_collect_under_the_outer_writer_lock() {
 /// and still dropped.
 #[test]
 fn a_nested_index_write_does_not_collect_under_the_outer_writer_lock() {
-    let outer = latchtree::LatchTree::new();
     let index = latchtree::AddrIndex::new();
     let value = Arc::new(());
-    for round in 0..size(50, 10) {
+    let ran = foreign_closures_run_under_an_outer_write(size(50, 10), |_| {
         let id = index.insert(0x1000..0x2000, Arc::clone(&value)).unwrap();
-        let g = latchtree::pin();
-        g.defer(|| {
-            if IN_OUTER_WRITE.with(std::cell::Cell::get) {
-                FOREIGN_RAN_UNDER_OUTER.fetch_add(1, Relaxed);
-            }
-        });
-        g.flush();
-        drop(g);
-        outer.write(|b| {
-            b.insert(round, round);
-            IN_OUTER_WRITE.with(|f| f.set(true));
-            assert!(index.remove(id).is_some());
-            IN_OUTER_WRITE.with(|f| f.set(false));
-        });
-    }
-    assert_eq!(FOREIGN_RAN_UNDER_OUTER.load(Relaxed), 0);
+        assert!(index.remove(id).is_some());
+    });
+    assert_eq!(ran, 0);
     // Postponed, not lost: every removed value is dropped (a guard of a
     // test running in parallel may hold the epoch back for a while).
     for _ in 0..10_000 {
