@@ -590,6 +590,26 @@ impl<T: Send + Sync + 'static> AddrIndex<T> {
         )
     }
 
+    /// Relinks the index's ranges into a perfectly balanced tree now, as one
+    /// more write (readers that overlap it retry, as with any write).
+    /// Writes already do this on their own every `n / 8` inserts and
+    /// removes, so a caller needs it only to give lookups the balanced
+    /// shape at once, e.g. after a burst of loads. Lookups in a freshly
+    /// balanced index take a fixed number of steps (its height), with no
+    /// loop exit to mispredict.
+    ///
+    /// ```
+    /// let index = latchtree::AddrIndex::new();
+    /// for i in 0..10u64 {
+    ///     index.insert(i * 0x1000..i * 0x1000 + 0x800, i).unwrap();
+    /// }
+    /// index.rebalance();
+    /// assert_eq!(index.lookup(0x3400).map(|h| h.range()), Some(0x3000..0x3800));
+    /// ```
+    pub fn rebalance(&self) {
+        self.write(|batch| batch.txn.rebuild());
+    }
+
     /// Registers one range for a new module (base: the range's start, tag:
     /// 0). See [`insert_module_with`](AddrIndex::insert_module_with).
     ///

@@ -1,5 +1,7 @@
-//! Bulk build: links a sorted run of fresh nodes into a balanced red-black
-//! tree in O(n), in both copies at once, as one version.
+//! The balanced shape: a bulk build links a sorted run of fresh nodes into
+//! it in O(n), in both copies at once, as one version; a rebuild relinks the
+//! nodes of one copy into it, in place, inside a write transaction
+//! (`tree.rs` replays it on the other copy, so both get the same shape).
 //!
 //! Splitting at the middle makes every subtree's halves differ in size by at
 //! most one, so every nil link of an `n`-node tree lies at depth
@@ -8,9 +10,11 @@
 //! black nodes, and no red node has a red child (a red node's children are
 //! nil). The checker verifies it in the tests.
 
-use super::links::{Dir, Linked};
-use super::tree::RawTree;
-use crate::sync::Ordering;
+use super::descent::Descent;
+use super::links::{Dir, Linked, link_store_order};
+use super::tree::{RawTree, nodes_in_order};
+use crate::sync::{AtomicPtr, Ordering};
+use core::ops::Range;
 use core::ptr::{self, NonNull};
 
 impl<N: Linked, W> RawTree<N, W> {
@@ -29,34 +33,56 @@ impl<N: Linked, W> RawTree<N, W> {
         }
         let full = (nodes.len() + 1).ilog2() as usize;
         // SAFETY: forwarded from the caller.
-        let root = unsafe { link(nodes, ptr::null_mut(), 0, full) };
+        let root = unsafe { link(nodes, ptr::null_mut(), 0, full, 0..2) };
         for copy in 0..2 {
             // Release, as every root store: the tree may be shared later by
             // any means, and a reader's Acquire load of the root pairs with it.
-            s.heads[copy]
-                .root
-                .store(root, super::links::link_store_order());
+            s.heads[copy].root.store(root, link_store_order());
             s.heads[copy].len.store(nodes.len(), Ordering::Relaxed);
-            let side = super::rbtree::Side::new(&s.heads[copy].root, copy);
-            // SAFETY: the copy is the valid red-black tree just linked.
-            let depth = unsafe { side.depth_bound() };
             // Relaxed: as the lengths; `&mut self` excludes readers.
-            s.heads[copy].depth.store(depth, Ordering::Relaxed);
+            s.heads[copy]
+                .descent
+                .store(Descent::balanced(nodes.len()).word(), Ordering::Relaxed);
         }
         s.latch.count_write();
     }
 }
 
-/// Links `nodes` as a subtree under `parent` at `depth` and returns its root
-/// (null for none). Nodes at depth `full` are red, the others black.
+/// Relinks every node of copy `copy` (root in `root`) into the balanced
+/// shape, in place: the same nodes in the same order, so the copy's content
+/// is unchanged and the same call on the other copy, holding the same nodes,
+/// gives it the same shape. Its plan is then [`Descent::balanced`].
 ///
 /// # Safety
-/// As for [`RawTree::build`]; `parent` is null or one of the nodes.
+/// Writer lock held; readers are steered away from copy `copy` (its stores
+/// are published by the next flip, like any write's); the copy holds only
+/// live nodes.
+pub(super) unsafe fn rebuild<N: Linked>(root: &AtomicPtr<N>, copy: usize) {
+    // SAFETY: the copy is not being modified (writer lock) and holds only
+    // live nodes (caller).
+    let nodes = unsafe { nodes_in_order(root.load(Ordering::Relaxed), copy) };
+    let full = (nodes.len() + 1).ilog2() as usize;
+    // SAFETY: the nodes are live, distinct, in key order and this copy's
+    // (caller); only this copy's links are rewritten.
+    let new_root = unsafe { link(&nodes, ptr::null_mut(), 0, full, copy..copy + 1) };
+    // Release, as every root store; see `links.rs`.
+    root.store(new_root, link_store_order());
+}
+
+/// Links `nodes` as a subtree under `parent` at `depth` in the copies
+/// `copies` and returns its root (null for none). Nodes at depth `full` are
+/// red, the others black.
+///
+/// # Safety
+/// The nodes are live, distinct and in key order, and the caller may write
+/// their links in `copies` (see [`RawTree::build`] and [`rebuild`]);
+/// `parent` is null or one of the nodes.
 unsafe fn link<N: Linked>(
     nodes: &[NonNull<N>],
     parent: *mut N,
     depth: usize,
     full: usize,
+    copies: Range<usize>,
 ) -> *mut N {
     let Some(&mid) = nodes.get(nodes.len() / 2) else {
         return ptr::null_mut();
@@ -66,13 +92,13 @@ unsafe fn link<N: Linked>(
     // SAFETY: forwarded; the halves are disjoint runs of the same slice.
     let (left, right) = unsafe {
         (
-            link(&nodes[..half], n, depth + 1, full),
-            link(&nodes[half + 1..], n, depth + 1, full),
+            link(&nodes[..half], n, depth + 1, full, copies.clone()),
+            link(&nodes[half + 1..], n, depth + 1, full, copies.clone()),
         )
     };
     // SAFETY: `mid` is live and owned by the tree (caller).
     let node = unsafe { mid.as_ref() };
-    for copy in 0..2 {
+    for copy in copies {
         let l = node.links(copy);
         l.set_child(Dir::Left, left);
         l.set_child(Dir::Right, right);

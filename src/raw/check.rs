@@ -6,10 +6,12 @@
 //!   link points back; no red node has a red child; every root-to-nil path
 //!   has the same number of black nodes; keys strictly increase in order; no
 //!   node is reached twice (no cycle, no sharing); the node count matches the
-//!   copy's length; the height is within [`MAX_DEPTH`] and within the
-//!   copy's published depth bound (readers take exactly that many steps);
+//!   copy's length; the height is within [`MAX_DEPTH`]; the copy's
+//!   published descent plan (`descent.rs`) is exact and equals the height,
+//!   or is not and equals the black height;
 //! * the two copies hold the same nodes with the same shape and colours.
 
+use super::descent::Descent;
 use super::links::{Dir, Linked};
 use super::tree::MAX_DEPTH;
 use crate::sync::{AtomicPtr, Ordering};
@@ -29,7 +31,7 @@ pub(crate) fn check<N: Linked>(
     seq: u64,
     roots: [&AtomicPtr<N>; 2],
     lens: [usize; 2],
-    depths: [usize; 2],
+    descents: [usize; 2],
     less: impl Fn(&N, &N) -> bool,
 ) -> Result<(), String> {
     if !seq.is_multiple_of(2) {
@@ -51,12 +53,20 @@ pub(crate) fn check<N: Linked>(
             }
         }
         let mut height = 0;
-        subtree(root, copy, 0, &mut height, &mut seen, &mut order)
-            .map_err(|e| format!("copy {copy}: {e}"))?;
-        if height > depths[copy] {
+        // The nil-inclusive black height: one more than the nodes'.
+        let black = subtree(root, copy, 0, &mut height, &mut seen, &mut order)
+            .map_err(|e| format!("copy {copy}: {e}"))?
+            - 1;
+        let plan = Descent::from_word(descents[copy]);
+        let (want, what) = if plan.exact {
+            (height, "height")
+        } else {
+            (black, "black height")
+        };
+        if plan.trips != want {
             return Err(format!(
-                "copy {copy}: a path of {height} nodes, but readers take {} steps",
-                depths[copy]
+                "copy {copy}: readers take {} branch-free steps, but the copy's {what} is {want}",
+                plan.trips
             ));
         }
         if order.len() != lens[copy] {

@@ -79,7 +79,7 @@ impl<N: Linked, W> RawTree<N, W> {
             attempt(View {
                 root: &s.heads[copy].root,
                 len: &s.heads[copy].len,
-                depth: &s.heads[copy].depth,
+                descent: &s.heads[copy].descent,
                 copy,
             })
         });

@@ -28,6 +28,7 @@
 mod build;
 mod check;
 mod cursor;
+mod descent;
 mod latch;
 mod links;
 mod rbtree;

@@ -343,14 +343,13 @@ impl<'t, N: Linked> Side<'t, N> {
         }
     }
 
-    /// A bound on the number of nodes of this copy's longest root-to-nil
-    /// path: twice its black height. Every path holds the same number of
-    /// black nodes `b` (the leftmost one is counted), the root is black and
-    /// no red node has a red child, so no path holds more than `2b` nodes.
+    /// The number of black nodes on every root-to-nil path of this copy (its
+    /// leftmost path's count: the red-black rules make them all equal), so
+    /// every path holds at least that many nodes and at most twice as many.
     ///
     /// # Safety
     /// As for [`Side::extreme`]; the copy is a valid red-black tree.
-    pub(crate) unsafe fn depth_bound(&self) -> usize {
+    pub(crate) unsafe fn black_height(&self) -> usize {
         let mut black = 0;
         let mut n = self.root();
         while !n.is_null() {
@@ -360,6 +359,6 @@ impl<'t, N: Linked> Side<'t, N> {
                 n = self.child(n, Dir::Left);
             }
         }
-        2 * black
+        black
     }
 }

@@ -90,6 +90,26 @@ impl Harness {
         )
     }
 
+    /// Copy 0's height (nodes on its longest path), the sum of its nodes'
+    /// depths (a node's depth: the nodes on its path, itself included) and
+    /// its published plan.
+    fn shape(&self) -> (usize, usize, super::descent::Descent) {
+        fn walk(n: *mut Node, depth: usize, sum: &mut usize) -> usize {
+            // SAFETY: nodes are freed only when the harness drops; no write
+            // runs (the caller's thread is the only writer).
+            unsafe { n.as_ref() }.map_or(depth - 1, |node| {
+                *sum += depth;
+                let l = walk(node.links[0].load_child(Dir::Left), depth + 1, sum);
+                l.max(walk(node.links[0].load_child(Dir::Right), depth + 1, sum))
+            })
+        }
+        let head = &self.tree.shared.heads[0];
+        let mut sum = 0;
+        let height = walk(head.root.load(crate::sync::Ordering::Relaxed), 1, &mut sum);
+        let plan = head.descent.load(crate::sync::Ordering::Relaxed);
+        (height, sum, super::descent::Descent::from_word(plan))
+    }
+
     fn contains(&self, key: u64) -> bool {
         // SAFETY: nodes are freed only when the harness drops.
         unsafe {
@@ -271,9 +291,14 @@ fn chain(h: &Harness, n: usize) -> Vec<NonNull<Node>> {
         h.tree.shared.heads[copy]
             .len
             .store(n, crate::sync::Ordering::Relaxed);
+        // A tail plan: readers walk the chain to its end.
+        let plan = super::descent::Descent {
+            trips: 0,
+            exact: false,
+        };
         h.tree.shared.heads[copy]
-            .depth
-            .store(n, crate::sync::Ordering::Relaxed);
+            .descent
+            .store(plan.word(), crate::sync::Ordering::Relaxed);
     }
     nodes
 }
@@ -391,11 +416,11 @@ fn a_cursor_goes_stale_after_a_write() {
     assert!(matches!(c.step(Dir::Right), super::Step::Stale));
 }
 
-/// Review: the published depth bound covers every copy's height through
-/// random batches, some of which panic and roll back (the checker verifies
-/// the bound after each).
+/// Review: the published descent plan matches every copy's shape through
+/// random batches, some of which panic and roll back, and some of which
+/// rebuild (the checker verifies the plan after each).
 #[test]
-fn depth_bound_holds_through_random_batches_and_rollbacks() {
+fn descent_plan_holds_through_random_batches_rollbacks_and_rebuilds() {
     let h = Harness::new();
     let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
     for _ in 0..if cfg!(miri) { 60 } else { 3000 } {
@@ -412,20 +437,56 @@ fn depth_bound_holds_through_random_batches_and_rollbacks() {
     }
 }
 
-/// Review: a published depth bound below the real height makes readers
-/// give wrong answers that validate, and the checker says so.
+/// A published exact plan one trip short of the height makes readers stop
+/// above the deepest leaves and give wrong answers that validate, and the
+/// checker says so (the `short_trips` defect plants the same error).
 #[test]
-fn a_too_small_depth_bound_misleads_readers_and_the_checker_catches_it() {
+fn an_exact_plan_one_trip_short_misleads_readers_and_the_checker_catches_it() {
     let h = Harness::new();
     let keys: Vec<u64> = (0..64).collect();
     h.apply(&keys.iter().map(|&k| (true, k)).collect::<Vec<_>>(), None);
     h.check();
     for copy in 0..2 {
-        h.tree.shared.heads[copy]
-            .depth
-            .store(2, crate::sync::Ordering::Relaxed);
+        let head = &h.tree.shared.heads[copy].descent;
+        let plan = super::descent::Descent::from_word(head.load(crate::sync::Ordering::Relaxed));
+        assert!(plan.exact, "a batch of 64 inserts ends with a rebuild");
+        assert_eq!(plan.trips, 7, "64 balanced nodes are 7 high");
+        let short = super::descent::Descent {
+            trips: plan.trips - 1,
+            exact: true,
+        };
+        head.store(short.word(), crate::sync::Ordering::Relaxed);
     }
     let e = h.tree.check(|a, b| a.key < b.key).unwrap_err();
-    assert!(e.contains("readers take"), "{e}");
+    assert!(e.contains("branch-free steps"), "{e}");
     assert!(keys.iter().any(|&k| !h.contains(k)));
+}
+
+/// Sequential inserts, one per write, grow the long red spine that made
+/// round 2's lookups slow; every `len / 8` updates a write relinks both
+/// copies into the balanced shape, after which readers follow an exact plan
+/// of the balanced height, and in between the average path stays within one
+/// node of the balanced tree's.
+#[test]
+fn sequential_inserts_are_rebuilt_into_the_balanced_shape() {
+    for descending in [false, true] {
+        let h = Harness::new();
+        let n: u64 = if cfg!(miri) { 80 } else { 1200 };
+        let mut rebuilds = 0;
+        for i in 0..n {
+            let k = if descending { n - i } else { i };
+            h.apply(&[(true, k)], None);
+            h.check();
+            let len = i as usize + 1;
+            let (height, depths, plan) = h.shape();
+            let balanced = len.ilog2() as usize + 1;
+            if plan.exact {
+                rebuilds += 1;
+                assert_eq!((height, plan.trips), (balanced, balanced), "n = {len}");
+            }
+            let mean = depths as f64 / len as f64;
+            assert!(mean <= balanced as f64, "n = {len}: mean depth {mean:.2}");
+        }
+        assert!(rebuilds >= 5, "only {rebuilds} rebuilds");
+    }
 }

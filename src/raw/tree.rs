@@ -17,6 +17,7 @@
 //! nodes that the transaction added are handed back for release. Readers never
 //! saw any of it; the panic then resumes.
 
+use super::descent::Descent;
 use super::latch::Latch;
 use super::links::{Dir, Linked, link_store_order};
 use super::rbtree::Side;
@@ -50,10 +51,9 @@ pub(super) struct Shared<N> {
 pub(super) struct Head<N> {
     pub(super) root: AtomicPtr<N>,
     pub(super) len: AtomicUsize,
-    /// A bound on the number of nodes of the copy's longest root-to-nil
-    /// path, published with the copy (`RawTree::publish`): a reader's
-    /// descent takes exactly this many steps (see [`View::descend`]).
-    pub(super) depth: AtomicUsize,
+    /// How readers descend this copy (a [`Descent`] word), published with
+    /// the copy (`RawTree::publish`); see `descent.rs`.
+    pub(super) descent: AtomicUsize,
 }
 
 impl<N> Head<N> {
@@ -62,7 +62,7 @@ impl<N> Head<N> {
             Head {
                 root: AtomicPtr::new(ptr::null_mut()),
                 len: AtomicUsize::new(0),
-                depth: AtomicUsize::new(0),
+                descent: AtomicUsize::new(0),
             }
         }
     }
@@ -85,6 +85,25 @@ pub(crate) struct RawTree<N, W> {
 struct Locked<N, W> {
     state: W,
     log: Vec<Op<N>>,
+    /// Inserts and erases committed since the last rebuild (see
+    /// [`rebuild_due`]).
+    since_rebuild: usize,
+}
+
+/// The fewest updates between two automatic rebuilds: a small tree rebuilds
+/// in a few microseconds, but not after every write. Off under loom (its
+/// models explore a rebuild where they ask for one, `Txn::rebuild`).
+const REBUILD_MIN: usize = if cfg!(latchtree_loom) { usize::MAX } else { 16 };
+
+/// Whether a commit after `since` inserts and erases on a tree of `len`
+/// nodes relinks it into the balanced shape (`build.rs`): every `len / 8`
+/// updates, at least [`REBUILD_MIN`]. A rebuild relinks `len` nodes per
+/// copy, so its cost spread over the updates before it stays at a few node
+/// relinks per update, below one insert's; and sequential inserts, which
+/// grow an almost all-black tree with one long red spine, never get far
+/// from the balanced shape.
+fn rebuild_due(since: usize, len: usize) -> bool {
+    since >= (len / 8).max(REBUILD_MIN)
 }
 
 impl<N, W> core::fmt::Debug for RawTree<N, W> {
@@ -126,6 +145,8 @@ enum Op<N> {
     },
     /// Every node under this copy-0 root left the tree at once.
     Clear(*mut N),
+    /// Every node was relinked into the balanced shape (`build.rs`).
+    Rebuild,
     /// A node that was never linked, handed back for release whatever the
     /// outcome (a front-end owns it while user code may still panic).
     Discard(*mut N),
@@ -142,7 +163,7 @@ pub(crate) struct Txn<'t, N> {
 pub(crate) struct View<'g, N> {
     pub(super) root: &'g AtomicPtr<N>,
     pub(super) len: &'g AtomicUsize,
-    pub(super) depth: &'g AtomicUsize,
+    pub(super) descent: &'g AtomicUsize,
     pub(super) copy: usize,
 }
 
@@ -165,6 +186,7 @@ impl<N: Linked, W> RawTree<N, W> {
                 writer: Mutex::new(Locked {
                     state: writer,
                     log: Vec::new(),
+                    since_rebuild: 0,
                 }),
                 owner: AtomicUsize::new(0),
             }
@@ -188,7 +210,7 @@ impl<N: Linked, W> RawTree<N, W> {
             attempt(View {
                 root: &s.heads[copy].root,
                 len: &s.heads[copy].len,
-                depth: &s.heads[copy].depth,
+                descent: &s.heads[copy].descent,
                 copy,
             })
         })
@@ -235,7 +257,11 @@ impl<N: Linked, W> RawTree<N, W> {
         // Declared after `locked`, so dropped (owner cleared) before unlock,
         // on every path including unwinding.
         let _owner = ClearOnDrop(&self.owner);
-        let Locked { state: w, log } = &mut *locked;
+        let Locked {
+            state: w,
+            log,
+            since_rebuild,
+        } = &mut *locked;
         log.clear();
         if log.capacity() > 1024 {
             log.shrink_to(64);
@@ -261,8 +287,23 @@ impl<N: Linked, W> RawTree<N, W> {
         }
         match outcome {
             Ok(r) => {
+                *since_rebuild += log
+                    .iter()
+                    .filter(|op| matches!(op, Op::Insert { .. } | Op::Erase(_)))
+                    .count();
+                if rebuild_due(*since_rebuild, s.heads[0].len.load(Ordering::Relaxed)) {
+                    // SAFETY: writer lock held, seq odd (the log holds a
+                    // change): readers are on copy 1; copy 0 holds only live
+                    // nodes.
+                    unsafe { super::build::rebuild(&s.heads[0].root, 0) };
+                    log.push(Op::Rebuild);
+                }
+                if log.iter().any(|op| matches!(op, Op::Rebuild)) {
+                    *since_rebuild = 0;
+                }
+                let plan = self.plan(log);
                 // SAFETY: writer lock held; copy 0 holds only live nodes.
-                unsafe { self.publish(0, &mut publish) };
+                unsafe { self.publish(0, plan, &mut publish) };
                 s.latch.flip(); // even: readers move to the new copy 0
                 let side = Side::new(&s.heads[1].root, 1);
                 for op in log.iter() {
@@ -278,6 +319,7 @@ impl<N: Linked, W> RawTree<N, W> {
                             Op::Clear(_) => {
                                 s.heads[1].root.store(ptr::null_mut(), link_store_order())
                             }
+                            Op::Rebuild => super::build::rebuild(&s.heads[1].root, 1),
                             Op::Discard(_) => {}
                         }
                     }
@@ -286,7 +328,7 @@ impl<N: Linked, W> RawTree<N, W> {
                     .len
                     .store(s.heads[0].len.load(Ordering::Relaxed), Ordering::Relaxed);
                 // SAFETY: writer lock held; copy 1 holds only live nodes.
-                unsafe { self.publish(1, &mut publish) };
+                unsafe { self.publish(1, plan, &mut publish) };
                 s.latch.count_write();
                 for op in log.drain(..) {
                     match op {
@@ -305,7 +347,7 @@ impl<N: Linked, W> RawTree<N, W> {
                                 release(w, node);
                             }
                         }
-                        Op::Insert { .. } => {}
+                        Op::Insert { .. } | Op::Rebuild => {}
                     }
                 }
                 r
@@ -313,8 +355,10 @@ impl<N: Linked, W> RawTree<N, W> {
             Err(panic) => {
                 // SAFETY: writer lock held, seq odd: readers are on copy 1.
                 unsafe { self.rollback() };
+                // Relaxed: the writer's own word.
+                let plan = Descent::from_word(s.heads[1].descent.load(Ordering::Relaxed));
                 // SAFETY: as above; copy 0 now equals copy 1.
-                unsafe { self.publish(0, &mut publish) };
+                unsafe { self.publish(0, plan, &mut publish) };
                 s.latch.flip();
                 for op in log.drain(..) {
                     match op {
@@ -324,7 +368,7 @@ impl<N: Linked, W> RawTree<N, W> {
                             // SAFETY: log pointers come from `NonNull`s.
                             release(w, unsafe { NonNull::new_unchecked(node) });
                         }
-                        Op::Erase(_) | Op::Clear(_) => {}
+                        Op::Erase(_) | Op::Clear(_) | Op::Rebuild => {}
                     }
                 }
                 drop(_owner);
@@ -334,25 +378,52 @@ impl<N: Linked, W> RawTree<N, W> {
         }
     }
 
+    /// The plan readers of the version a committed `log` built follow (see
+    /// `descent.rs`): exact if the last change to the shape was a rebuild,
+    /// else the black height and a tail.
+    fn plan(&self, log: &[Op<N>]) -> Descent {
+        let rebuilt = log
+            .iter()
+            .rev()
+            .find(|op| !matches!(op, Op::Replace { .. } | Op::Discard(_)))
+            .is_some_and(|op| matches!(op, Op::Rebuild));
+        let s = &self.shared;
+        if rebuilt {
+            return Descent::balanced(s.heads[0].len.load(Ordering::Relaxed));
+        }
+        let side = Side::new(&s.heads[0].root, 0);
+        Descent {
+            // SAFETY: writer lock held; copy 0 is a valid red-black tree of
+            // live nodes.
+            trips: unsafe { side.black_height() },
+            exact: false,
+        }
+    }
+
     /// Hands copy `copy`'s extremes to the front-end's `publish` and
-    /// publishes the copy's descent depth (see [`View::descend`]).
+    /// publishes the copy's descent plan.
     ///
     /// # Safety
     /// Writer lock held; copy `copy` holds only live nodes.
-    unsafe fn publish(&self, copy: usize, publish: &mut impl FnMut(usize, Option<&N>, Option<&N>)) {
+    unsafe fn publish(
+        &self,
+        copy: usize,
+        plan: Descent,
+        publish: &mut impl FnMut(usize, Option<&N>, Option<&N>),
+    ) {
         let side = Side::new(&self.shared.heads[copy].root, copy);
         // SAFETY: the extremes are null or live nodes (caller).
         unsafe {
             let first = side.extreme(Dir::Left);
             let last = side.extreme(Dir::Right);
             publish(copy, first.as_ref(), last.as_ref());
-            // Relaxed: a word of copy `copy`, written while readers are
-            // steered away from it and published to them, like its links,
-            // by the next flip (`Latch::flip`'s Release store).
-            self.shared.heads[copy]
-                .depth
-                .store(side.depth_bound(), Ordering::Relaxed);
         }
+        // Relaxed: a word of copy `copy`, written while readers are steered
+        // away from it and published to them, like its links, by the next
+        // flip (`Latch::flip`'s Release store).
+        self.shared.heads[copy]
+            .descent
+            .store(plan.word(), Ordering::Relaxed);
     }
 
     /// Makes copy 0 identical to copy 1 again.
@@ -412,8 +483,8 @@ impl<N: Linked, W> RawTree<N, W> {
                 s.heads[1].len.load(Ordering::Relaxed),
             ],
             [
-                s.heads[0].depth.load(Ordering::Relaxed),
-                s.heads[1].depth.load(Ordering::Relaxed),
+                s.heads[0].descent.load(Ordering::Relaxed),
+                s.heads[1].descent.load(Ordering::Relaxed),
             ],
             less,
         )?;
@@ -594,6 +665,17 @@ impl<'t, N: Linked> Txn<'t, N> {
         }
     }
 
+    /// Relinks the version being built into the balanced shape now (writes
+    /// also do it on their own, every `len / 8` updates): its readers then
+    /// follow an exact plan (`descent.rs`).
+    pub(crate) fn rebuild(&mut self) {
+        self.start();
+        // SAFETY: writer lock held (a transaction), seq odd (`start`):
+        // readers are on copy 1; copy 0 holds only live nodes.
+        unsafe { super::build::rebuild(&self.shared.heads[0].root, 0) };
+        self.log.push(Op::Rebuild);
+    }
+
     /// Hands back `node`, which was never linked, to be released when the
     /// transaction ends (commit or rollback): for a front-end that owns a
     /// node while user code (a comparison) may still panic.
@@ -627,61 +709,6 @@ impl<'g, N: Linked> View<'g, N> {
     #[inline(always)]
     pub(crate) fn copy(self) -> usize {
         self.copy
-    }
-
-    /// Descends from the root, calling `step` on each node of one
-    /// root-to-nil path; `step` returns the direction to go on, or `None` to
-    /// stay on this node. Returns `None` if the copy's published depth is
-    /// beyond [`MAX_DEPTH`] (only possible in a copy being rewritten).
-    ///
-    /// **Fixed trip count, no data-dependent branch.** The walk takes exactly
-    /// the copy's published depth bound of steps (`RawTree::publish`): where
-    /// a path ends early, it stands still on its last node (a select, not a
-    /// branch), so `step` must give the same answer when called again on the
-    /// same node (every search here keeps a candidate, which is idempotent).
-    /// A loop that exits at a nil link mispredicts its exit whenever leaves
-    /// sit at different depths, and each mispredict also stops the CPU from
-    /// overlapping the next lookup with this one.
-    ///
-    /// The bound is read like any word of the copy: a torn one (from a newer
-    /// version) makes the read fail validation, and it never exceeds
-    /// [`MAX_DEPTH`] steps, so no torn shape can loop a reader.
-    #[inline(always)]
-    pub(crate) fn descend(self, mut step: impl FnMut(&'g N) -> Option<Dir>) -> Option<()> {
-        // Acquire: pairs with the Release root store.
-        let mut cur = self.root.load(Ordering::Acquire);
-        if cur.is_null() {
-            return Some(());
-        }
-        if cfg!(latchtree_defect = "no_depth_cap") {
-            // The planted defect: the unbounded loop-until-nil descent.
-            // SAFETY: as below.
-            while let Some(node) = unsafe { cur.as_ref() } {
-                match step(node) {
-                    None => return Some(()),
-                    Some(dir) => cur = node.links(self.copy).load_child(dir),
-                }
-            }
-            return Some(());
-        }
-        // Relaxed: validated by the latch like every word of this copy.
-        let trips = self.depth.load(Ordering::Relaxed);
-        if trips > MAX_DEPTH {
-            return None;
-        }
-        for _ in 0..trips {
-            // `cur` is never null here (the root was not, and a null child is never taken), and by
-            // `RawTree::read`'s contract every pointer a reader can load from this tree points to
-            // memory valid for 'g.
-            // SAFETY: so `cur` points to a node valid for 'g.
-            let node = unsafe { &*cur };
-            let next = match step(node) {
-                Some(dir) => node.links(self.copy).load_child(dir),
-                None => ptr::null_mut(),
-            };
-            cur = core::hint::select_unpredictable(next.is_null(), cur, next);
-        }
-        Some(())
     }
 
     /// Visits every node in key order. Returns `None` (torn read) if the walk

@@ -1,0 +1,194 @@
+//! How a reader walks one copy from its root to a leaf: the plan that the
+//! writer publishes with each copy, and the descents that follow it (one
+//! path, or several in lockstep).
+//!
+//! # The plan
+//! A [`Descent`] word says how many steps to take with no data-dependent
+//! branch (`trips`: where a path ends sooner, the walk stands still on its
+//! last node, a select rather than a branch), and whether that is all
+//! (`exact`) or a branchy tail follows the path on to nil. The writer
+//! publishes (`RawTree::publish`):
+//! * **exact, the copy's height**, for a copy in the balanced shape that
+//!   `build.rs` links (a bulk build, or the rebuild a write runs every
+//!   `len / 8` updates). Its leaves sit on two adjacent levels, so every
+//!   lookup takes its own path length or one step more, and no loop exit
+//!   waits to be mispredicted;
+//! * **the copy's black height, then a tail**, for any other shape. Every
+//!   root-to-nil path holds that many nodes, so no trip is wasted standing
+//!   still; the tail walks the rest of the path (its red nodes, at most as
+//!   many again). Round 2's fixed `2 * black height` trips paid the longest
+//!   path on every lookup: 1.5–1.85× the average on the trees sequential
+//!   inserts build, and standing-still trips kept the next lookup's loads
+//!   from starting (DESIGN §7b).
+//!
+//! The plan is read like any word of the copy: a torn one (from a newer
+//! version) makes the read fail validation. It only steers the walk; what
+//! bounds it is [`MAX_DEPTH`]: at most that many trips, and a tail that
+//! gives up (a torn read: retry) past that many nodes, so no torn shape can
+//! loop a reader. The checker (`check.rs`) verifies every published plan:
+//! an exact plan one trip short of the height would make readers stop above
+//! the deepest leaves and answer wrongly (the `short_trips` defect).
+
+use super::links::{Dir, Linked};
+use super::tree::{MAX_DEPTH, View};
+use crate::sync::Ordering;
+
+/// A published descent plan; see the module docs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Descent {
+    /// Steps taken without a data-dependent branch.
+    pub(crate) trips: usize,
+    /// `trips` is the copy's height: no tail follows.
+    pub(crate) exact: bool,
+}
+
+impl Descent {
+    /// The word stored in a copy's head.
+    pub(crate) fn word(self) -> usize {
+        (self.trips << 1) | usize::from(self.exact)
+    }
+
+    /// The plan a head's word holds.
+    #[inline(always)]
+    pub(crate) fn from_word(word: usize) -> Self {
+        Descent {
+            trips: word >> 1,
+            exact: word & 1 == 1,
+        }
+    }
+
+    /// The exact plan of `build.rs`'s balanced shape over `len` nodes: its
+    /// height, `floor(log2(len)) + 1` (0 for an empty copy).
+    pub(crate) fn balanced(len: usize) -> Self {
+        let height = len.checked_ilog2().map_or(0, |h| h as usize + 1);
+        let trips = if cfg!(latchtree_defect = "short_trips") {
+            // The planted defect: an exact plan one trip short.
+            height.saturating_sub(1)
+        } else {
+            height
+        };
+        Descent { trips, exact: true }
+    }
+}
+
+impl<'g, N: Linked> View<'g, N> {
+    /// The plan published with this copy, or `None` if it asks for more than
+    /// [`MAX_DEPTH`] trips (only possible in a copy being rewritten).
+    #[inline(always)]
+    fn plan(self) -> Option<Descent> {
+        // Relaxed: validated by the latch like every word of this copy.
+        let plan = Descent::from_word(self.descent.load(Ordering::Relaxed));
+        (plan.trips <= MAX_DEPTH).then_some(plan)
+    }
+
+    /// One trip from `cur` (never null): the child `dir` leads to, or `cur`
+    /// itself where that child is nil (a select, not a branch).
+    #[inline(always)]
+    fn trip(self, cur: *mut N, step: impl FnOnce(&'g N) -> Option<Dir>) -> *mut N {
+        // `cur` is never null (the root was not, and a nil child is never taken), and by
+        // `RawTree::read`'s contract every pointer a reader can load from this tree points to
+        // memory valid for 'g.
+        // SAFETY: so `cur` points to a node valid for 'g.
+        let node = unsafe { &*cur };
+        let next = match step(node) {
+            Some(dir) => node.links(self.copy).load_child(dir),
+            None => core::ptr::null_mut(),
+        };
+        core::hint::select_unpredictable(next.is_null(), cur, next)
+    }
+
+    /// Descends from the root, calling `step` on each node of one
+    /// root-to-nil path; `step` returns the direction to go on, or `None` to
+    /// stay on this node. It follows the copy's plan (module docs), so `step`
+    /// may be called again on the node it stopped on and must then give the
+    /// same answer (every search here keeps a candidate, which is
+    /// idempotent). Returns `None` if the walk broke the [`MAX_DEPTH`] bound
+    /// (only possible in a copy being rewritten).
+    #[inline(always)]
+    pub(crate) fn descend(self, mut step: impl FnMut(&'g N) -> Option<Dir>) -> Option<()> {
+        // Acquire: pairs with the Release root store.
+        let mut cur = self.root.load(Ordering::Acquire);
+        if cur.is_null() {
+            return Some(());
+        }
+        if cfg!(latchtree_defect = "no_depth_cap") {
+            // The planted defect: the unbounded loop-until-nil descent.
+            // SAFETY: as in `trip`.
+            while let Some(node) = unsafe { cur.as_ref() } {
+                match step(node) {
+                    None => return Some(()),
+                    Some(dir) => cur = node.links(self.copy).load_child(dir),
+                }
+            }
+            return Some(());
+        }
+        let plan = self.plan()?;
+        for _ in 0..plan.trips {
+            cur = self.trip(cur, &mut step);
+        }
+        if plan.exact {
+            return Some(());
+        }
+        self.tail(cur, plan.trips + 1, step)
+    }
+
+    /// `K` descents in lockstep, one per lane: `step(lane, node)` says where
+    /// lane `lane` goes from `node`. The lanes' loads are independent, so
+    /// the CPU overlaps their cache misses; the tails (for a copy without an
+    /// exact plan) run one lane after another. `step` must be idempotent on
+    /// the node a lane stops on, as for [`descend`](View::descend).
+    #[inline(always)]
+    pub(crate) fn descend_lanes<const K: usize>(
+        self,
+        mut step: impl FnMut(usize, &'g N) -> Dir,
+    ) -> Option<()> {
+        // Acquire: pairs with the Release root store.
+        let root = self.root.load(Ordering::Acquire);
+        if root.is_null() {
+            return Some(());
+        }
+        let plan = self.plan()?;
+        let mut cur = [root; K];
+        for _ in 0..plan.trips {
+            for (lane, c) in cur.iter_mut().enumerate() {
+                *c = self.trip(*c, |n| Some(step(lane, n)));
+            }
+        }
+        if !plan.exact {
+            for (lane, c) in cur.into_iter().enumerate() {
+                self.tail(c, plan.trips + 1, |n| Some(step(lane, n)))?;
+            }
+        }
+        Some(())
+    }
+
+    /// Follows the path on from `cur` (its node number `depth`, or its last
+    /// node, already stepped on) to nil, giving up past [`MAX_DEPTH`] nodes.
+    /// In a stable copy the tail starts at most at the black height's node,
+    /// far below the bound, so a path the checker accepts (at most
+    /// `MAX_DEPTH` nodes) never gives up.
+    #[inline(always)]
+    fn tail(
+        self,
+        mut cur: *mut N,
+        mut depth: usize,
+        mut step: impl FnMut(&'g N) -> Option<Dir>,
+    ) -> Option<()> {
+        loop {
+            if depth > MAX_DEPTH {
+                return None;
+            }
+            // SAFETY: as in `trip`.
+            let node = unsafe { &*cur };
+            let Some(dir) = step(node) else {
+                return Some(());
+            };
+            let next = node.links(self.copy).load_child(dir);
+            if next.is_null() {
+                return Some(());
+            }
+            cur = next;
+            depth += 1;
+        }
+    }
+}
