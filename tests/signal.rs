@@ -103,8 +103,8 @@ fn tally(ok: bool) {
     }
 }
 
-/// The `SIGUSR1` handler: only `AddrIndex::lookup` and atomics, which are
-/// async-signal-safe.
+/// The `SIGUSR1` handler: only `AddrIndex::lookup`, `lookup_many` and
+/// atomics, which are async-signal-safe.
 extern "C" fn on_sigusr1(_signal: libc::c_int) {
     let n = HANDLED.fetch_add(1, Relaxed);
     compiler_fence(SeqCst);
@@ -139,9 +139,20 @@ extern "C" fn on_sigusr1(_signal: libc::c_int) {
 /// Checks that slot `j`'s module is visible whole or not at all, with the
 /// base, tag and flags it was registered with.
 fn check_slot(j: u64, n: u64, stable_id: u64) {
-    let hits = slot_ranges(j).map(|r| {
-        let addr = r.start + n % (r.end - r.start);
-        INDEX.lookup(addr).map(|h| (h, addr, r))
+    let ranges = slot_ranges(j);
+    let addrs = ranges.clone().map(|r| r.start + n % (r.end - r.start));
+    // Every other run asks `lookup_many` (all three from one version), the
+    // others one `lookup` per range: both must see the module whole or not.
+    let found = if n.is_multiple_of(2) {
+        INDEX.lookup_many(addrs)
+    } else {
+        addrs.map(|a| INDEX.lookup(a))
+    };
+    let mut i = 0;
+    let hits = ranges.map(|r| {
+        let (addr, hit) = (addrs[i], found[i]);
+        i += 1;
+        hit.map(|h| (h, addr, r))
     });
     let Some(&(first, ..)) = hits.iter().flatten().next() else {
         return;

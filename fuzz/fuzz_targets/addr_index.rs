@@ -56,9 +56,19 @@ enum Op {
     SetValue(Which, u32),
     Overlapping(Addr, Addr),
     Lookup(Addr),
+    /// `lookup_many` of four addresses against `lookup` of each.
+    LookupMany([Addr; 4]),
+    /// `rebalance`: both copies relinked into the balanced shape.
+    Rebalance,
+    /// Ascending, or descending, runs of fresh one-page ranges above every
+    /// address the other ops use: the trees sequential loads build.
+    Run(u8, bool),
     Get(Which),
     Snapshot,
 }
+
+/// Where `Op::Run`'s ranges start.
+const RUN_BASE: u64 = 1 << 44;
 
 /// One module as the oracle knows it.
 struct Module {
@@ -274,6 +284,7 @@ fuzz_target!(|ops: Vec<Op>| {
         last_id: None,
         minter: AddrIndex::new(),
     };
+    let mut runs = 0u64;
     for op in ops {
         match op {
             Op::Insert(s, e, v) => {
@@ -336,6 +347,32 @@ fuzz_target!(|ops: Vec<Op>| {
                 // The neighbours: range edges are where off-by-ones live.
                 check_addr(&index, &oracle, addr.wrapping_sub(1));
                 check_addr(&index, &oracle, addr.wrapping_add(1));
+            }
+            Op::LookupMany(addrs) => {
+                let addrs = addrs.map(|a| a.get());
+                for (a, got) in addrs.iter().zip(index.lookup_many(addrs)) {
+                    assert_eq!(
+                        got.map(|h| (h.range(), h.id(), h.base(), h.tag())),
+                        index
+                            .lookup(*a)
+                            .map(|h| (h.range(), h.id(), h.base(), h.tag())),
+                        "lookup_many at {a:#x}"
+                    );
+                    check_addr(&index, &oracle, *a);
+                }
+            }
+            Op::Rebalance => index.rebalance(),
+            Op::Run(len, descending) => {
+                // One page each, 8 KiB apart, away from the small addresses
+                // (an `Addr::Any` may still collide: the oracle expects the
+                // error then).
+                let first = RUN_BASE + runs * 0x10_0000;
+                runs += 1;
+                for i in 0..u64::from(len % 64) {
+                    let i = if descending { 63 - i } else { i };
+                    let r = first + i * 0x2000..first + i * 0x2000 + 0x1000;
+                    insert(&index, &mut oracle, vec![r], u32::from(len), true);
+                }
             }
             Op::Get(which) => {
                 let id = oracle.id_of(which);

@@ -306,6 +306,24 @@ impl LoadedObjects {
         self.index.lookup(pc).map(|raw| ObjectHit { raw, pc })
     }
 
+    /// [`lookup`](Self::lookup) of `K` pcs at once (a stack, a buffer of
+    /// samples), all from one version, their descents in lockstep: see
+    /// [`AddrIndex::lookup_many`]. **Async-signal-safe**, like `lookup`.
+    ///
+    /// ```
+    /// let objects = latchtree::LoadedObjects::new();
+    /// objects.refresh();
+    /// let pcs = [main as *const () as u64, 0];
+    /// let [here, nowhere] = objects.lookup_many(pcs);
+    /// assert_eq!(here.map(|h| h.id()), objects.lookup(pcs[0]).map(|h| h.id()));
+    /// assert!(here.is_some() && nowhere.is_none());
+    /// ```
+    #[inline]
+    pub fn lookup_many<const K: usize>(&self, pcs: [u64; K]) -> [Option<ObjectHit>; K] {
+        let hits = self.index.lookup_many(pcs);
+        core::array::from_fn(|i| hits[i].map(|raw| ObjectHit { raw, pc: pcs[i] }))
+    }
+
     /// Brings the index up to date with the loaded objects (see
     /// [`LoadedObjects`]): one `dl_iterate_phdr` pass, then one batch that
     /// removes the objects gone and inserts the new ones. Objects it removes
