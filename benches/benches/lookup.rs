@@ -11,6 +11,9 @@
 //!   `AddrIndex::module_address` (held guard), and a `BTreeMap` predecessor
 //!   query plus end check.
 //!
+//! * `orders/...`: `AddrIndex::lookup` and `lookup_many` on indexes grown
+//!   in ascending, descending, random and bulk order (see `bench_orders`).
+//!
 //! Keys are random `u64`s from a fixed seed; every routine walks a
 //! precomputed query array cyclically so that the branch predictor cannot
 //! learn the path. Run with `cargo bench -p latchtree-benches --bench lookup` (about 3 minutes).
@@ -218,12 +221,85 @@ fn bench_kernel<M: Measurement>(c: &mut Criterion<M>) {
     group.finish();
 }
 
+/// `orders/{lookup,lookup_many8,btreemap}/{order}-{n}`: the range lookup
+/// on structures grown the ways programs grow them (loaders hand out rising
+/// or falling addresses): ascending, descending and random single inserts,
+/// and one bulk batch (for `BTreeMap`: `FromIterator` of a sorted run).
+/// `lookup_many8` is per address, 8 per call.
+fn bench_orders<M: Measurement>(c: &mut Criterion<M>) {
+    let mut group = c.benchmark_group("orders");
+    for n in [84, 4096] {
+        let w = Workload::ranges(n, 0x6c6f_6f6b ^ n as u64);
+        let orders: [(&str, Vec<(u64, u64)>); 4] = [
+            ("ascending", w.ranges.clone()),
+            ("descending", w.ranges.iter().rev().copied().collect()),
+            ("random", shuffled(&w.ranges)),
+            ("bulk", w.ranges.clone()),
+        ];
+        for (order, grown) in orders {
+            let index = AddrIndex::new();
+            let map: BTreeMap<u64, u64> = if order == "bulk" {
+                index.write(|b| {
+                    for &(s, e) in &grown {
+                        b.insert(s..e, ()).expect("disjoint");
+                    }
+                });
+                grown.iter().copied().collect()
+            } else {
+                let mut m = BTreeMap::new();
+                for &(s, e) in &grown {
+                    index.insert(s..e, ()).expect("disjoint");
+                    m.insert(s, e);
+                }
+                m
+            };
+            let q = &w.queries;
+            for &a in q {
+                assert_eq!(
+                    index.lookup(a).map(|h| h.range().start),
+                    latchtree_benches::peers::btree_contains(&map, a)
+                );
+            }
+            let id = format!("{order}-{n}");
+            group.bench_function(BenchmarkId::new("lookup", &id), |b| {
+                let mut i = 0;
+                b.iter(|| {
+                    i = (i + 1) & (QUERIES - 1);
+                    black_box(index.lookup(black_box(q[i])))
+                });
+            });
+            group.throughput(criterion::Throughput::Elements(8));
+            group.bench_function(BenchmarkId::new("lookup_many8", &id), |b| {
+                let mut i = 0;
+                b.iter(|| {
+                    i = (i + 8) & (QUERIES - 1);
+                    let addrs: [u64; 8] = core::array::from_fn(|k| q[i + k]);
+                    black_box(index.lookup_many(black_box(addrs)))
+                });
+            });
+            group.throughput(criterion::Throughput::Elements(1));
+            group.bench_function(BenchmarkId::new("btreemap", &id), |b| {
+                let mut i = 0;
+                b.iter(|| {
+                    i = (i + 1) & (QUERIES - 1);
+                    black_box(latchtree_benches::peers::btree_contains(
+                        &map,
+                        black_box(q[i]),
+                    ))
+                });
+            });
+        }
+    }
+    group.finish();
+}
+
 /// Every group, on either clock.
 fn all<M: Measurement>(c: &mut Criterion<M>) {
     bench_get(c);
     bench_upper_bound(c);
     bench_insert_remove(c);
     bench_kernel(c);
+    bench_orders(c);
 }
 
 fn main() {
