@@ -314,6 +314,41 @@ fn removed_values_are_dropped_even_if_later_writes_only_insert() {
     );
 }
 
+/// Round-3 review: the same with no guard anywhere. The removing write's
+/// announcement moved the epoch one step, crossbeam runs a deferred closure
+/// two steps after its bag was sealed, and while it was outstanding an
+/// insert-only write set no job, so nothing moved the epoch again: `clear()`
+/// of 1,000 entries then 20,000 inserts dropped 0 of them, and so did one
+/// `remove` then 20,000 inserts. A write now helps (flushes) every
+/// `HELP_EVERY` writes while removed values wait.
+#[test]
+fn removed_values_are_dropped_by_insert_only_writes_with_no_guard_anywhere() {
+    let n = size(1000, 20);
+    for clear in [true, false] {
+        // Its own collector: no other test's pins move its epoch.
+        let tree = LatchTree::with_collector(Collector::new());
+        let value = Arc::new(0u8);
+        for k in 0..n {
+            tree.insert(k, Arc::clone(&value));
+        }
+        if clear {
+            tree.clear();
+        } else {
+            for k in 0..n {
+                tree.remove(&k);
+            }
+        }
+        for k in 0..size(20_000, 400) {
+            tree.insert(1_000_000 + k, Arc::new(1));
+        }
+        let live = Arc::strong_count(&value) - 1;
+        assert_eq!(
+            live, 0,
+            "{live} of {n} removed values alive after insert-only writes (clear: {clear})"
+        );
+    }
+}
+
 std::thread_local! {
     static IN_OUTER_WRITE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
