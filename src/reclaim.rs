@@ -21,7 +21,7 @@
 //! reach those items, and one pinned earlier is among those waited for.
 //! While an announcement is outstanding, newer periods wait for the next
 //! one; a writer that finds its garbage still waiting every
-//! [`HELP_EVERY`] retiring transactions flushes its thread's epoch bag to
+//! [`HELP_EVERY`] transactions flushes its thread's epoch bag to
 //! push the epoch along (a writer with no readers at all would otherwise
 //! never see its announcement run).
 //!
@@ -371,9 +371,12 @@ pub(crate) unsafe fn postpone_drop<T>(ptr: NonNull<T>) {
     unsafe { drop_or_postpone::<T>(ptr.cast()) };
 }
 
-/// Retiring transactions between two flushes a writer does to push the
+/// Writes (while items wait) between two flushes a writer does to push the
 /// epoch along while its announcement is outstanding (see the module docs).
-pub(crate) const HELP_EVERY: u32 = 32;
+/// Every such write counts once, whether it retires or only inserts; 64
+/// keeps an insert + remove churn at the flush rate that 32 retiring writes
+/// gave before insert-only writes counted too.
+pub(crate) const HELP_EVERY: u32 = 64;
 
 /// What a transaction retired, waiting for its grace period; kept under
 /// the writer lock. See the module docs.
@@ -386,6 +389,9 @@ pub(crate) struct Limbo<T> {
     announced: u64,
     /// Whether the running transaction retired anything yet.
     retiring: bool,
+    /// Whether `begin` asked for this transaction's job already (so that
+    /// its first retirement does not count it twice towards a help).
+    asked: bool,
     /// Retiring transactions since the announcement or the last help.
     since_help: u32,
     /// The period announced as past its grace period; made on first use.
@@ -478,6 +484,7 @@ impl<T> Limbo<T> {
                 period: 0,
                 announced: 0,
                 retiring: false,
+                asked: false,
                 since_help: 0,
                 #[cfg(not(latchtree_loom))]
                 passed: None,
@@ -514,6 +521,7 @@ impl<T> Limbo<T> {
     pub(crate) fn begin(&mut self, mut due: impl FnMut(T), job: &mut Option<Job>) {
         self.period += 1;
         self.retiring = false;
+        self.asked = false;
         if self.queue.is_empty() {
             return;
         }
@@ -533,6 +541,7 @@ impl<T> Limbo<T> {
             // writer's flushes move it (round-3 review: insert-only writes
             // set no job, and 1,000 cleared values were never dropped).
             *job = self.job(false);
+            self.asked = true;
         }
     }
 
@@ -546,7 +555,8 @@ impl<T> Limbo<T> {
         if !self.retiring {
             self.retiring = true;
             match job {
-                None => *job = self.job(false),
+                None if !self.asked => *job = self.job(false),
+                None => {}
                 Some(j) => {
                     if j.widen(self.period) {
                         self.announced = self.period;

@@ -592,8 +592,9 @@ impl<T: Send + Sync + 'static> AddrIndex<T> {
 
     /// Relinks the index's ranges into a perfectly balanced tree now, as one
     /// more write (readers that overlap it retry, as with any write).
-    /// Writes already do this on their own every `n / 8` inserts and
-    /// removes, so a caller needs it only to give lookups the balanced
+    /// Writes already do this on their own once an insert lands two levels
+    /// below the balanced height (at most every `n / 8` inserts and
+    /// removes), so a caller needs it only to give lookups the balanced
     /// shape at once, e.g. after a burst of loads. Lookups in a freshly
     /// balanced index take a fixed number of steps (its height), with no
     /// loop exit to mispredict.

@@ -9,8 +9,10 @@
 //! (`exact`) or a branchy tail follows the path on to nil. The writer
 //! publishes (`RawTree::publish`):
 //! * **exact, the copy's height**, for a copy in the balanced shape that
-//!   `build.rs` links (a bulk build, or the rebuild a write runs every
-//!   `len / 8` updates). Its leaves sit on two adjacent levels, so every
+//!   `build.rs` links (a bulk build, or the rebuild a write runs once an
+//!   insert landed two levels below the balanced height, at most every
+//!   `len / 8` updates; see `tree.rs`). Its leaves sit on two adjacent
+//!   levels, so every
 //!   lookup takes its own path length or one step more, and no loop exit
 //!   waits to be mispredicted;
 //! * **the copy's black height, then a tail**, for any other shape. Every

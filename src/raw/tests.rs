@@ -471,7 +471,7 @@ fn an_exact_plan_one_trip_short_misleads_readers_and_the_checker_catches_it() {
 fn sequential_inserts_are_rebuilt_into_the_balanced_shape() {
     for descending in [false, true] {
         let h = Harness::new();
-        let n: u64 = if cfg!(miri) { 80 } else { 1200 };
+        let n: u64 = if cfg!(miri) { 48 } else { 1200 };
         let mut rebuilds = 0;
         for i in 0..n {
             let k = if descending { n - i } else { i };
@@ -487,6 +487,9 @@ fn sequential_inserts_are_rebuilt_into_the_balanced_shape() {
             let mean = depths as f64 / len as f64;
             assert!(mean <= balanced as f64, "n = {len}: mean depth {mean:.2}");
         }
-        assert!(rebuilds >= 5, "only {rebuilds} rebuilds");
+        assert!(
+            rebuilds >= if cfg!(miri) { 2 } else { 5 },
+            "only {rebuilds} rebuilds"
+        );
     }
 }

@@ -85,9 +85,20 @@ pub(crate) struct RawTree<N, W> {
 struct Locked<N, W> {
     state: W,
     log: Vec<Op<N>>,
-    /// Inserts and erases committed since the last rebuild (see
-    /// [`rebuild_due`]).
-    since_rebuild: usize,
+    shape: Shape,
+}
+
+/// What the writer knows of copy 0's shape, kept across transactions.
+#[derive(Clone, Copy)]
+struct Shape {
+    /// Inserts and erases since the last rebuild.
+    updates: usize,
+    /// The deepest an insert landed since the last rebuild (nodes from the
+    /// root, itself included).
+    deepest: usize,
+    /// No insert or erase since the last rebuild (or bulk build): the
+    /// balanced shape, descended by an exact plan.
+    balanced: bool,
 }
 
 /// The fewest updates between two automatic rebuilds: a small tree rebuilds
@@ -95,15 +106,27 @@ struct Locked<N, W> {
 /// models explore a rebuild where they ask for one, `Txn::rebuild`).
 const REBUILD_MIN: usize = if cfg!(latchtree_loom) { usize::MAX } else { 16 };
 
-/// Whether a commit after `since` inserts and erases on a tree of `len`
-/// nodes relinks it into the balanced shape (`build.rs`): every `len / 8`
-/// updates, at least [`REBUILD_MIN`]. A rebuild relinks `len` nodes per
-/// copy, so its cost spread over the updates before it stays at a few node
-/// relinks per update, below one insert's; and sequential inserts, which
-/// grow an almost all-black tree with one long red spine, never get far
-/// from the balanced shape.
-fn rebuild_due(since: usize, len: usize) -> bool {
-    since >= (len / 8).max(REBUILD_MIN)
+impl Shape {
+    /// Right after a rebuild.
+    const REBUILT: Shape = Shape {
+        updates: 0,
+        deepest: 0,
+        balanced: true,
+    };
+}
+
+/// Whether a commit relinks the tree of `len` nodes into the balanced
+/// shape (`build.rs`), after `since` inserts and erases of which the
+/// deepest insert landed `deepest` nodes from the root: once the shape
+/// has gone bad (an insert landed two levels below the balanced height;
+/// sequential inserts, which grow an almost all-black tree with one long
+/// red spine, get there within a few inserts, while random churn rarely
+/// does), and at most every `len / 8` updates (at least [`REBUILD_MIN`]).
+/// A rebuild relinks `len` nodes per copy, so spread over the updates
+/// before it, it costs a few node relinks per update, and churn that keeps
+/// the shape sound pays nothing.
+fn rebuild_due(since: usize, deepest: usize, len: usize) -> bool {
+    since >= (len / 8).max(REBUILD_MIN) && deepest >= Descent::balanced(len).trips + 2
 }
 
 impl<N, W> core::fmt::Debug for RawTree<N, W> {
@@ -119,8 +142,13 @@ impl<N, W> core::fmt::Debug for RawTree<N, W> {
 pub(crate) enum Slot<N> {
     /// The search stopped on this node.
     Occupied(NonNull<N>),
-    /// The search fell off the tree: a new node would hang here.
-    Vacant { parent: *mut N, dir: Dir },
+    /// The search fell off the tree: a new node would hang here, `depth`
+    /// nodes from the root (itself included).
+    Vacant {
+        parent: *mut N,
+        dir: Dir,
+        depth: usize,
+    },
 }
 
 // Manual impls: a derive would require `N: Copy`.
@@ -157,6 +185,8 @@ pub(crate) struct Txn<'t, N> {
     shared: &'t Shared<N>,
     log: &'t mut Vec<Op<N>>,
     started: &'t mut bool,
+    /// Copy 0's shape, updated by each change.
+    shape: &'t mut Shape,
 }
 
 /// A stable copy, handed to one read attempt.
@@ -186,7 +216,7 @@ impl<N: Linked, W> RawTree<N, W> {
                 writer: Mutex::new(Locked {
                     state: writer,
                     log: Vec::new(),
-                    since_rebuild: 0,
+                    shape: Shape::REBUILT,
                 }),
                 owner: AtomicUsize::new(0),
             }
@@ -260,8 +290,9 @@ impl<N: Linked, W> RawTree<N, W> {
         let Locked {
             state: w,
             log,
-            since_rebuild,
+            shape,
         } = &mut *locked;
+        let shape_before = *shape;
         log.clear();
         if log.capacity() > 1024 {
             log.shrink_to(64);
@@ -272,6 +303,7 @@ impl<N: Linked, W> RawTree<N, W> {
                 shared: s,
                 log: &mut *log,
                 started: &mut started,
+                shape: &mut *shape,
             };
             body(&mut txn, &mut *w)
         }));
@@ -287,21 +319,16 @@ impl<N: Linked, W> RawTree<N, W> {
         }
         match outcome {
             Ok(r) => {
-                *since_rebuild += log
-                    .iter()
-                    .filter(|op| matches!(op, Op::Insert { .. } | Op::Erase(_)))
-                    .count();
-                if rebuild_due(*since_rebuild, s.heads[0].len.load(Ordering::Relaxed)) {
+                let len = s.heads[0].len.load(Ordering::Relaxed);
+                if rebuild_due(shape.updates, shape.deepest, len) {
                     // SAFETY: writer lock held, seq odd (the log holds a
                     // change): readers are on copy 1; copy 0 holds only live
                     // nodes.
                     unsafe { super::build::rebuild(&s.heads[0].root, 0) };
                     log.push(Op::Rebuild);
+                    *shape = Shape::REBUILT;
                 }
-                if log.iter().any(|op| matches!(op, Op::Rebuild)) {
-                    *since_rebuild = 0;
-                }
-                let plan = self.plan(log);
+                let plan = self.plan(*shape);
                 // SAFETY: writer lock held; copy 0 holds only live nodes.
                 unsafe { self.publish(0, plan, &mut publish) };
                 s.latch.flip(); // even: readers move to the new copy 0
@@ -355,6 +382,7 @@ impl<N: Linked, W> RawTree<N, W> {
             Err(panic) => {
                 // SAFETY: writer lock held, seq odd: readers are on copy 1.
                 unsafe { self.rollback() };
+                *shape = shape_before;
                 // Relaxed: the writer's own word.
                 let plan = Descent::from_word(s.heads[1].descent.load(Ordering::Relaxed));
                 // SAFETY: as above; copy 0 now equals copy 1.
@@ -378,17 +406,12 @@ impl<N: Linked, W> RawTree<N, W> {
         }
     }
 
-    /// The plan readers of the version a committed `log` built follow (see
-    /// `descent.rs`): exact if the last change to the shape was a rebuild,
-    /// else the black height and a tail.
-    fn plan(&self, log: &[Op<N>]) -> Descent {
-        let rebuilt = log
-            .iter()
-            .rev()
-            .find(|op| !matches!(op, Op::Replace { .. } | Op::Discard(_)))
-            .is_some_and(|op| matches!(op, Op::Rebuild));
+    /// The plan readers of copy 0, of shape `shape`, follow (see
+    /// `descent.rs`): exact in the balanced shape, else the black height and
+    /// a tail.
+    fn plan(&self, shape: Shape) -> Descent {
         let s = &self.shared;
-        if rebuilt {
+        if shape.balanced {
             return Descent::balanced(s.heads[0].len.load(Ordering::Relaxed));
         }
         let side = Side::new(&s.heads[0].root, 0);
@@ -566,6 +589,7 @@ impl<'t, N: Linked> Txn<'t, N> {
         let side = self.side();
         let mut parent = ptr::null_mut();
         let mut dir = Dir::Left;
+        let mut depth = 1;
         let mut cur = side.root();
         while let Some(n) = NonNull::new(cur) {
             // SAFETY: copy 0 holds only live nodes while the writer lock is
@@ -575,12 +599,13 @@ impl<'t, N: Linked> Txn<'t, N> {
                 Some(d) => {
                     parent = cur;
                     dir = d;
+                    depth += 1;
                     // SAFETY: as above.
                     cur = unsafe { side.child(cur, d) };
                 }
             }
         }
-        Slot::Vacant { parent, dir }
+        Slot::Vacant { parent, dir, depth }
     }
 
     /// The number of nodes in the version being built.
@@ -602,10 +627,13 @@ impl<'t, N: Linked> Txn<'t, N> {
     /// `node` is live, in no tree, and stays allocated until released; `slot`
     /// is `Vacant` and came from a `find` with no change since.
     pub(crate) unsafe fn insert(&mut self, node: NonNull<N>, slot: Slot<N>) {
-        let Slot::Vacant { parent, dir } = slot else {
+        let Slot::Vacant { parent, dir, depth } = slot else {
             unreachable!("insert into an occupied slot")
         };
         self.start();
+        self.shape.updates += 1;
+        self.shape.deepest = self.shape.deepest.max(depth);
+        self.shape.balanced = false;
         // SAFETY: caller.
         unsafe { self.side().insert(node.as_ptr(), parent, dir) };
         self.log.push(Op::Insert {
@@ -629,6 +657,8 @@ impl<'t, N: Linked> Txn<'t, N> {
     /// erased since.
     pub(crate) unsafe fn erase(&mut self, node: NonNull<N>) {
         self.start();
+        self.shape.updates += 1;
+        self.shape.balanced = false;
         // SAFETY: caller: `node` is in copy 0.
         unsafe { self.side().erase(node.as_ptr()) };
         self.log.push(Op::Erase(node.as_ptr()));
@@ -653,6 +683,8 @@ impl<'t, N: Linked> Txn<'t, N> {
     /// released when the transaction commits.
     pub(crate) fn clear(&mut self) {
         self.start();
+        // An empty tree is balanced.
+        *self.shape = Shape::REBUILT;
         let root = self.side().root();
         // Release: a reader that loads the new root pairs with it as with
         // any root store (there is nothing behind a null root to publish).
@@ -674,6 +706,7 @@ impl<'t, N: Linked> Txn<'t, N> {
         // readers are on copy 1; copy 0 holds only live nodes.
         unsafe { super::build::rebuild(&self.shared.heads[0].root, 0) };
         self.log.push(Op::Rebuild);
+        *self.shape = Shape::REBUILT;
     }
 
     /// Hands back `node`, which was never linked, to be released when the
@@ -744,6 +777,7 @@ impl<N> Txn<'_, N> {
             shared: self.shared,
             log: &mut *self.log,
             started: &mut *self.started,
+            shape: &mut *self.shape,
         }
     }
 }
