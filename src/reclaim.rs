@@ -554,14 +554,12 @@ impl<T> Limbo<T> {
         self.queue.push_back((self.period, item));
         if !self.retiring {
             self.retiring = true;
-            match job {
-                None if !self.asked => *job = self.job(false),
-                None => {}
-                Some(j) => {
-                    if j.widen(self.period) {
-                        self.announced = self.period;
-                    }
+            if let Some(j) = job {
+                if j.widen(self.period) {
+                    self.announced = self.period;
                 }
+            } else if !self.asked {
+                *job = self.job(false);
             }
         }
     }
