@@ -148,12 +148,7 @@ fn check_slot(j: u64, n: u64, stable_id: u64) {
     } else {
         addrs.map(|a| INDEX.lookup(a))
     };
-    let mut i = 0;
-    let hits = ranges.map(|r| {
-        let (addr, hit) = (addrs[i], found[i]);
-        i += 1;
-        hit.map(|h| (h, addr, r))
-    });
+    let hits: [_; 3] = core::array::from_fn(|b| found[b].map(|h| (h, addrs[b], ranges[b].clone())));
     let Some(&(first, ..)) = hits.iter().flatten().next() else {
         return;
     };

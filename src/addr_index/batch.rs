@@ -597,7 +597,8 @@ impl<T: Send + Sync + 'static> AddrIndex<T> {
     /// removes), so a caller needs it only to give lookups the balanced
     /// shape at once, e.g. after a burst of loads. Lookups in a freshly
     /// balanced index take a fixed number of steps (its height), with no
-    /// loop exit to mispredict.
+    /// loop exit to mispredict. An index already in that shape (no insert
+    /// or remove since its last rebuild) is left alone: no write happens.
     ///
     /// ```
     /// let index = latchtree::AddrIndex::new();
@@ -606,6 +607,9 @@ impl<T: Send + Sync + 'static> AddrIndex<T> {
     /// }
     /// index.rebalance();
     /// assert_eq!(index.lookup(0x3400).map(|h| h.range()), Some(0x3000..0x3800));
+    /// let writes = index.stats().writes;
+    /// index.rebalance(); // already balanced
+    /// assert_eq!(index.stats().writes, writes);
     /// ```
     pub fn rebalance(&self) {
         self.write(|batch| batch.txn.rebuild());

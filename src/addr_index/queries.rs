@@ -23,6 +23,25 @@ pub(super) fn raw_hit<T>(n: &Node<T>) -> RawHit {
     }
 }
 
+/// One step of the search for the range containing `addr`, at `n`: keeps
+/// in `cand` the last node that starts at or below `addr` (the only range
+/// that can contain it) and goes on toward it, without a branch.
+#[inline(always)]
+fn range_step<'a, T>(addr: u64, n: &'a Node<T>, cand: &mut Option<&'a Node<T>>) -> Dir {
+    // Relaxed: see `raw_hit`.
+    let right = addr >= n.start.load(Ordering::Relaxed);
+    *cand = if right { Some(n) } else { *cand };
+    Dir::toward(right)
+}
+
+/// The search's candidate if its range contains `addr`: it starts at or
+/// below `addr` (`range_step`), so only its end is left to check.
+#[inline(always)]
+fn containing<T>(cand: Option<&Node<T>>, addr: u64) -> Option<&Node<T>> {
+    // Relaxed: see `raw_hit`.
+    cand.filter(|n| addr < n.end.load(Ordering::Relaxed))
+}
+
 impl<T> AddrIndex<T> {
     /// Finds the range containing `addr` in a stable copy and copies its
     /// fields out, before validation. `Some(None)`: no such range.
@@ -40,18 +59,10 @@ impl<T> AddrIndex<T> {
         // Branch-free descent to a leaf, keeping the last node that starts
         // at or below `addr`: the only range that can contain it.
         let mut cand = None;
-        view.descend(|n| {
-            // Relaxed: see `raw_hit`.
-            let right = addr >= n.start.load(Ordering::Relaxed);
-            cand = if right { Some(n) } else { cand };
-            Some(Dir::toward(right))
-        })?;
+        view.descend(|n| Some(range_step(addr, n, &mut cand)))?;
         // Read the candidate's fields before validation, like every field.
-        Some(cand.and_then(|n| {
-            // Relaxed: see `raw_hit`.
-            (addr < n.end.load(Ordering::Relaxed))
-                .then(|| (raw_hit(n), n.module.load(Ordering::Relaxed)))
-        }))
+        // Relaxed: see `raw_hit`.
+        Some(containing(cand, addr).map(|n| (raw_hit(n), n.module.load(Ordering::Relaxed))))
     }
 
     /// The range containing `addr`, with its module's id, base, tag and the
@@ -88,22 +99,12 @@ impl<T> AddrIndex<T> {
     #[inline]
     pub fn lookup_many<const K: usize>(&self, addrs: [u64; K]) -> [Option<RawHit>; K] {
         self.read(|view| {
-            // The last node of each lane's path that starts at or below
-            // its address: the only range that can contain it.
             let mut cand: [Option<&Node<T>>; K] = [None; K];
-            view.descend_lanes::<K>(|lane, n| {
-                // Relaxed: see `raw_hit`.
-                let right = addrs[lane] >= n.start.load(Ordering::Relaxed);
-                cand[lane] = if right { Some(n) } else { cand[lane] };
-                Dir::toward(right)
-            })?;
+            view.descend_lanes::<K>(|lane, n| range_step(addrs[lane], n, &mut cand[lane]))?;
             // Read the candidates' fields before validation, like every
             // field.
             Some(core::array::from_fn(|lane| {
-                cand[lane].and_then(|n| {
-                    // Relaxed: see `raw_hit`.
-                    (addrs[lane] < n.end.load(Ordering::Relaxed)).then(|| raw_hit(n))
-                })
+                containing(cand[lane], addrs[lane]).map(raw_hit)
             }))
         })
     }

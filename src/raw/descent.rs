@@ -60,9 +60,9 @@ impl Descent {
     }
 
     /// The exact plan of `build.rs`'s balanced shape over `len` nodes: its
-    /// height, `floor(log2(len)) + 1` (0 for an empty copy).
+    /// height ([`balanced_height`]).
     pub(crate) fn balanced(len: usize) -> Self {
-        let height = len.checked_ilog2().map_or(0, |h| h as usize + 1);
+        let height = balanced_height(len);
         let trips = if cfg!(latchtree_defect = "short_trips") {
             // The planted defect: an exact plan one trip short.
             height.saturating_sub(1)
@@ -71,6 +71,12 @@ impl Descent {
         };
         Descent { trips, exact: true }
     }
+}
+
+/// The height of `build.rs`'s balanced shape over `len` nodes,
+/// `floor(log2(len)) + 1` (0 for none).
+pub(crate) fn balanced_height(len: usize) -> usize {
+    len.checked_ilog2().map_or(0, |h| h as usize + 1)
 }
 
 impl<'g, N: Linked> View<'g, N> {

@@ -479,7 +479,7 @@ fn sequential_inserts_are_rebuilt_into_the_balanced_shape() {
             h.check();
             let len = i as usize + 1;
             let (height, depths, plan) = h.shape();
-            let balanced = len.ilog2() as usize + 1;
+            let balanced = super::descent::balanced_height(len);
             if plan.exact {
                 rebuilds += 1;
                 assert_eq!((height, plan.trips), (balanced, balanced), "n = {len}");

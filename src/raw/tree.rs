@@ -17,7 +17,7 @@
 //! nodes that the transaction added are handed back for release. Readers never
 //! saw any of it; the panic then resumes.
 
-use super::descent::Descent;
+use super::descent::{Descent, balanced_height};
 use super::latch::Latch;
 use super::links::{Dir, Linked, link_store_order};
 use super::rbtree::Side;
@@ -89,6 +89,8 @@ struct Locked<N, W> {
 }
 
 /// What the writer knows of copy 0's shape, kept across transactions.
+/// With no update since the last rebuild (or since the tree was new or
+/// cleared), the copy is in the balanced shape, descended by an exact plan.
 #[derive(Clone, Copy)]
 struct Shape {
     /// Inserts and erases since the last rebuild.
@@ -96,9 +98,6 @@ struct Shape {
     /// The deepest an insert landed since the last rebuild (nodes from the
     /// root, itself included).
     deepest: usize,
-    /// No insert or erase since the last rebuild (or bulk build): the
-    /// balanced shape, descended by an exact plan.
-    balanced: bool,
 }
 
 /// The fewest updates between two automatic rebuilds: a small tree rebuilds
@@ -111,7 +110,6 @@ impl Shape {
     const REBUILT: Shape = Shape {
         updates: 0,
         deepest: 0,
-        balanced: true,
     };
 }
 
@@ -129,7 +127,7 @@ impl Shape {
 /// one (lookups 35–43 → 31–35 ns), but a churn of insert + remove there went
 /// from 1,760 to 4,900 instructions per pair.
 fn rebuild_due(since: usize, deepest: usize, len: usize) -> bool {
-    since >= (len / 8).max(REBUILD_MIN) && deepest >= Descent::balanced(len).trips + 2
+    since >= (len / 8).max(REBUILD_MIN) && deepest >= balanced_height(len) + 2
 }
 
 impl<N, W> core::fmt::Debug for RawTree<N, W> {
@@ -414,7 +412,7 @@ impl<N: Linked, W> RawTree<N, W> {
     /// a tail.
     fn plan(&self, shape: Shape) -> Descent {
         let s = &self.shared;
-        if shape.balanced {
+        if shape.updates == 0 {
             return Descent::balanced(s.heads[0].len.load(Ordering::Relaxed));
         }
         let side = Side::new(&s.heads[0].root, 0);
@@ -636,7 +634,6 @@ impl<'t, N: Linked> Txn<'t, N> {
         self.start();
         self.shape.updates += 1;
         self.shape.deepest = self.shape.deepest.max(depth);
-        self.shape.balanced = false;
         // SAFETY: caller.
         unsafe { self.side().insert(node.as_ptr(), parent, dir) };
         self.log.push(Op::Insert {
@@ -661,7 +658,6 @@ impl<'t, N: Linked> Txn<'t, N> {
     pub(crate) unsafe fn erase(&mut self, node: NonNull<N>) {
         self.start();
         self.shape.updates += 1;
-        self.shape.balanced = false;
         // SAFETY: caller: `node` is in copy 0.
         unsafe { self.side().erase(node.as_ptr()) };
         self.log.push(Op::Erase(node.as_ptr()));
@@ -701,9 +697,13 @@ impl<'t, N: Linked> Txn<'t, N> {
     }
 
     /// Relinks the version being built into the balanced shape now (writes
-    /// also do it on their own, every `len / 8` updates): its readers then
+    /// also do it on their own, see [`rebuild_due`]): its readers then
     /// follow an exact plan (`descent.rs`).
     pub(crate) fn rebuild(&mut self) {
+        if self.shape.updates == 0 {
+            // Already the balanced shape (see `Shape`): nothing to change.
+            return;
+        }
         self.start();
         // SAFETY: writer lock held (a transaction), seq odd (`start`):
         // readers are on copy 1; copy 0 holds only live nodes.
