@@ -2,7 +2,7 @@
 //!
 //! # Writer-side reclamation ([`Limbo`])
 //!
-//! A front-end keeps what its transactions retire in a [`Limbo`], under its
+//! Each front-end keeps what its transactions retire in a [`Limbo`], under its
 //! writer lock, tagged with the transaction's *period* (a counter that grows
 //! by one per transaction). Nothing user-visible is handed to
 //! crossbeam-epoch: at most one tiny *announcement* per tree is outstanding
@@ -39,11 +39,10 @@
 //! *postponed* to a thread-local list that the outermost scope drains after
 //! its writer lock is released. crossbeam runs deferred closures inside
 //! *any* pin that collects (a thread's outermost pin, every 128th; any
-//! `flush`), so what this crate still defers through the epoch (the address
-//! index's records, whose drop may drop a user value, and its module-table
-//! arrays: [`Reclaimer::retire`]) goes through the same postponement. So
-//! does the collecting itself: a nested write's limbo job, and a nested
-//! index write's retire-and-flush, run when the outermost scope ends
+//! `flush`); this crate defers nothing through the epoch but announcements
+//! (both front-ends keep their garbage in a [`Limbo`]: `LatchTree` nodes,
+//! `AddrIndex` records and module-table arrays), and a nested write's
+//! collecting (its limbo job) also runs when the outermost scope ends
 //! ([`after_outermost_write`]).
 //!
 //! A panic from a user `Drop` during reclamation cannot be propagated to
@@ -58,8 +57,6 @@ use crossbeam_epoch::{Collector, Guard};
 pub(crate) struct Reclaimer {
     /// `None`: crossbeam-epoch's default (global) collector.
     collector: Option<Collector>,
-    #[cfg(latchtree_loom)]
-    graveyard: std::sync::Mutex<Vec<Retired>>,
 }
 
 impl core::fmt::Debug for Reclaimer {
@@ -204,7 +201,6 @@ pub(crate) fn after_outermost_write(work: impl FnOnce() + 'static) {
 ///
 /// # Safety
 /// As for [`drop_box`]; no pinned reader can reach `ptr` any more.
-#[cfg_attr(latchtree_loom, allow(dead_code))]
 unsafe fn drop_or_postpone<T>(ptr: NonNull<u8>) {
     /// # Safety
     /// `r.ptr` is a `Box` that `r.drop` may drop, and no reader can reach it.
@@ -255,11 +251,7 @@ impl Reclaimer {
     crate::sync::const_fn_unless_loom! {
         /// Uses crossbeam-epoch's default collector.
         pub(crate) fn global() -> Self {
-            Reclaimer {
-                collector: None,
-                #[cfg(latchtree_loom)]
-                graveyard: std::sync::Mutex::new(Vec::new()),
-            }
+            Reclaimer { collector: None }
         }
     }
 
@@ -267,8 +259,6 @@ impl Reclaimer {
     pub(crate) fn with_collector(collector: Collector) -> Self {
         Reclaimer {
             collector: Some(collector),
-            #[cfg(latchtree_loom)]
-            graveyard: std::sync::Mutex::new(Vec::new()),
         }
     }
 
@@ -310,47 +300,6 @@ impl Reclaimer {
              (use the tree's own `pin()` or the collector it was built with)"
         );
     }
-
-    /// Frees `ptr` once no reader pinned before now can still reach it.
-    ///
-    /// # Safety
-    /// `ptr` came from `Box::<T>::into_raw`, is unreachable for readers that
-    /// pin from now on (it left both copies), and is retired once; `guard`
-    /// pins this reclaimer's collector.
-    pub(crate) unsafe fn retire<T>(&self, guard: &Guard, ptr: NonNull<T>) {
-        let ptr = ptr.cast::<u8>();
-        #[cfg(not(latchtree_loom))]
-        {
-            // Pinned readers that can still see `ptr` keep the epoch from advancing past it
-            // (caller: it is unreachable for later pins), so the destructor runs after the last of
-            // them unpins.
-            // SAFETY: so no pinned reader can still reach `ptr` when it is dropped.
-            unsafe { guard.defer_unchecked(move || drop_or_postpone::<T>(ptr)) };
-        }
-        #[cfg(latchtree_loom)]
-        {
-            let _ = guard;
-            self.graveyard
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push(Retired {
-                    ptr,
-                    drop: drop_box::<T>,
-                });
-        }
-    }
-}
-
-#[cfg(latchtree_loom)]
-impl Drop for Reclaimer {
-    fn drop(&mut self) {
-        let graves = core::mem::take(self.graveyard.get_mut().unwrap_or_else(|e| e.into_inner()));
-        for r in graves {
-            // SAFETY: each entry was retired once with its matching dropper;
-            // dropping the tree means no reader is left.
-            unsafe { (r.drop)(r.ptr) };
-        }
-    }
 }
 
 /// Whether this thread is inside a [`WriterScope`]: then nothing that may
@@ -377,6 +326,18 @@ pub(crate) unsafe fn postpone_drop<T>(ptr: NonNull<T>) {
 /// keeps an insert + remove churn at the flush rate that 32 retiring writes
 /// gave before insert-only writes counted too.
 pub(crate) const HELP_EVERY: u32 = 64;
+
+/// Items waiting from which a writer helps every [`HELP_BACKLOG_EVERY`]
+/// writes rather than every [`HELP_EVERY`]: a large removal (a `clear`, a
+/// batch) is freed within a few writes, while a guard held elsewhere (which
+/// no flush can get past) costs at most one flush per that many writes.
+pub(crate) const HELP_BACKLOG: usize = 64;
+
+/// See [`HELP_BACKLOG`].
+pub(crate) const HELP_BACKLOG_EVERY: u32 = 4;
+
+/// The queue capacity a [`Limbo`] keeps when it shrinks.
+const LIMBO_KEPT: usize = 64;
 
 /// What a transaction retired, waiting for its grace period; kept under
 /// the writer lock. See the module docs.
@@ -534,6 +495,12 @@ impl<T> Limbo<T> {
                 due(item);
             }
         }
+        // Returns the queue's memory once a burst of retirements (a `clear`
+        // of a large tree) has drained (round-2 review, F3).
+        let cap = self.queue.capacity();
+        if cap > LIMBO_KEPT && self.queue.len() * 4 < cap {
+            self.queue.shrink_to((self.queue.len() * 2).max(LIMBO_KEPT));
+        }
         if !self.queue.is_empty() {
             // Announces them if nothing is outstanding, else counts towards
             // the next help: an outstanding announcement needs the epoch
@@ -566,7 +533,8 @@ impl<T> Limbo<T> {
 
     /// What to do after the lock for the waiting items: announce the
     /// latest period if no announcement is outstanding, else (every
-    /// [`HELP_EVERY`] calls, or always if `always_help`) flush.
+    /// [`HELP_EVERY`] calls, every [`HELP_BACKLOG_EVERY`] while
+    /// [`HELP_BACKLOG`] items wait, or always if `always_help`) flush.
     pub(crate) fn job(&mut self, always_help: bool) -> Option<Job> {
         let latest = self.queue.back()?.0;
         if self.passed() >= self.announced {
@@ -589,7 +557,8 @@ impl<T> Limbo<T> {
             return Some(Job {});
         }
         self.since_help += 1;
-        if always_help || self.since_help >= HELP_EVERY {
+        let backlog = self.queue.len() >= HELP_BACKLOG && self.since_help >= HELP_BACKLOG_EVERY;
+        if always_help || backlog || self.since_help >= HELP_EVERY {
             self.since_help = 0;
             return Some(Job {
                 #[cfg(not(latchtree_loom))]
@@ -609,3 +578,59 @@ impl<T> Limbo<T> {
         self.queue.drain(..).map(|(_, item)| item)
     }
 }
+
+/// What one round of a front-end's `flush` found, under its writer lock
+/// (a transaction that changes nothing): the limbo's job, whether items
+/// still wait, and whether anything was handed out as due.
+pub(crate) struct FlushRound {
+    pub(crate) job: Option<Job>,
+    pub(crate) left: bool,
+    pub(crate) freed: bool,
+}
+
+/// A front-end's `flush`: runs `round` (one empty transaction that frees
+/// what is due and asks for the limbo's job) and the job, collecting
+/// [`FLUSH_COLLECTS`] times, until nothing waits, [`FLUSH_PATIENCE`] rounds
+/// in a row freed nothing (a guard held somewhere keeps the rest), or
+/// [`FLUSH_ROUNDS`] rounds ran. Inside another write's scope, one round,
+/// whose work waits for that write's end.
+pub(crate) fn flush_limbo(reclaim: &Reclaimer, mut round: impl FnMut() -> FlushRound) {
+    if in_writer_scope() {
+        // Nested in another write's closure: what is due is dropped, and the
+        // job runs, once that write has released its lock (no collecting
+        // under it); waiting for more here could not help.
+        if let Some(job) = round().job {
+            job.run(reclaim);
+        }
+        return;
+    }
+    let mut idle = 0;
+    for _ in 0..FLUSH_ROUNDS {
+        let FlushRound { job, left, freed } = round();
+        if let Some(job) = job {
+            job.run_collecting(reclaim, FLUSH_COLLECTS);
+        }
+        idle = if freed { 0 } else { idle + 1 };
+        if !left || idle == FLUSH_PATIENCE {
+            return;
+        }
+    }
+}
+
+/// Rounds in a row in which [`flush_limbo`] may free nothing before it
+/// gives up. An announcement needs two epoch steps after it was sealed and
+/// one more round takes what it announced; the rest lets through other
+/// garbage queued ahead of the announcement (a guard held elsewhere keeps
+/// all of it queued, and then every flush spends these rounds: a small
+/// bound keeps that cheap).
+const FLUSH_PATIENCE: usize = 6;
+
+/// Collections per [`flush_limbo`] round: crossbeam frees at most 8 sealed
+/// bags per collection, oldest first, so this lets each round work through
+/// up to 64 bags of other garbage queued ahead of the tree's.
+const FLUSH_COLLECTS: usize = 8;
+
+/// The most rounds one [`flush_limbo`] runs (each frees a whole announced
+/// backlog, so a few suffice; the bound keeps a flush finite while other
+/// threads keep writing).
+const FLUSH_ROUNDS: usize = 32;

@@ -845,9 +845,9 @@ fn addr_index_contains_panicking_module_drops() {
         })
         .collect();
     // Removing armed modules. The value's last reference is the caller's
-    // `Removed` (its drop panics in the caller's frame: caught here) or, if a
-    // guard elsewhere (another test) still held it, the index's, dropped
-    // later in a flush, where the panic is contained.
+    // `Removed` (its drop panics in the caller's frame: caught here) or the
+    // index's, dropped later by a write or flush, where the panic is
+    // contained.
     for &id in ids.iter().step_by(2) {
         let removed = index.remove(id).unwrap();
         if let Err(p) = catch_unwind(AssertUnwindSafe(|| drop(removed))) {
@@ -859,7 +859,7 @@ fn addr_index_contains_panicking_module_drops() {
         if tally.dropped.load(Relaxed) >= removed {
             break;
         }
-        latchtree::pin().flush();
+        index.flush();
         thread::yield_now();
     }
     assert_eq!(
@@ -1001,8 +1001,8 @@ impl Drop for Companion {
 /// Regression: `insert_module` used to pin inside the writer lock, where a
 /// deferred module `Drop` writing to the same index hit the re-entrancy check.
 fn module_value_drop_that_writes_to_the_same_index_takes_effect() {
-    // The drop of a removed module runs later, inside some pin of the
-    // default collector: wherever that is, the write it makes must happen.
+    // The drop of a removed module runs later, after the lock of a later
+    // write or flush of the index: the write it makes must happen.
     let n = size(3000, 60);
     bounded(watchdog(), move || {
         for i in 0..n {
@@ -1022,7 +1022,7 @@ fn module_value_drop_that_writes_to_the_same_index_takes_effect() {
             if COMPANIONS.module_count() == 0 {
                 break;
             }
-            latchtree::pin().flush();
+            COMPANIONS.flush();
             thread::yield_now();
         }
         assert_eq!(

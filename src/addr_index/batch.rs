@@ -12,22 +12,23 @@
 //! * a rejected value goes back to the caller in an [`InsertError`];
 //! * a record taken out by a committed transaction (remove, set_value) is
 //!   moved out of the writer state once it left both copies (the `release`
-//!   hook, after the second flip), and retired through the epoch, then
-//!   flushed, after the lock is released (`Gone`);
+//!   hook, after the second flip) into the index's limbo
+//!   (`reclaim::Limbo`), which hands it out once its grace period passed, to
+//!   be dropped by a later write after its lock is released (`Reclaiming`);
 //! * a record made by a transaction that rolls back goes the same way (no
-//!   reader ever validated a read of it, but the epoch is the one place
+//!   reader ever validated a read of it, but the limbo is the one place
 //!   that drops outside the lock, also while unwinding);
 //! * the closure's own handles (`Removed`, `Arc`s returned by `set_value`)
 //!   are clones: the index's reference outlives them until after the lock.
 
 use super::error::{AddrIndexError, InsertError};
 use super::queries::raw_hit;
-use super::record::{self, Dirty, Record};
+use super::record::{self, Dirty, Garbage, Record};
 use super::slab::Fields;
 use super::types::{ModuleId, ModuleMeta, RawHit, Removed, Segment, Segments};
 use super::{AddrIndex, Ending, Node, Writer};
 use crate::raw::{Dir, Slot, Txn};
-use crate::reclaim::{self, Reclaimer, WriterScope};
+use crate::reclaim::{Job, WriterScope};
 use crate::sync::Ordering;
 use core::cell::Cell;
 use core::fmt;
@@ -425,87 +426,92 @@ fn fields<T>(r: &Record<T>, s: &Segment) -> Fields<Record<T>> {
     }
 }
 
-/// Records that left both copies of everything in a transaction, moved out
-/// of the writer state under the lock; retired through the epoch (with the
-/// module tables' replaced arrays) and flushed when dropped, after the lock
-/// (also while unwinding).
-struct Gone<'a, T: 'static> {
+/// After a write's lock: what the limbo handed out as due, and its job
+/// (dropped after the writer lock is released, also while unwinding).
+struct Reclaiming<'a, T: 'static> {
     index: &'a AddrIndex<T>,
-    first: Option<NonNull<Record<T>>>,
-    rest: Vec<NonNull<Record<T>>>,
+    due: Vec<Garbage<T>>,
+    job: Cell<Option<Job>>,
 }
 
-impl<T: 'static> Gone<'_, T> {
-    fn push(&mut self, rec: NonNull<Record<T>>) {
-        match self.first {
-            None => self.first = Some(rec),
-            Some(_) => self.rest.push(rec),
-        }
-    }
-}
-
-impl<T: 'static> Drop for Gone<'_, T> {
+impl<T: 'static> Drop for Reclaiming<'_, T> {
     fn drop(&mut self) {
-        let Some(first) = self.first.take() else {
-            return;
-        };
-        let records = core::iter::once(first).chain(self.rest.drain(..));
-        // (Not under loom: there retiring keeps records in the reclaimer's
-        // graveyard until it is dropped, and the copy made here would be
-        // dropped right after.)
-        if cfg!(not(latchtree_loom)) && reclaim::in_writer_scope() {
-            // A write nested in another tree's batch closure: its writer
-            // lock is held, and pinning or flushing here could run other
-            // deferred closures under it. The records (owned here, not by
-            // the index, which may be gone by then) are retired when the
-            // outermost write ends; the replaced table arrays wait for the
-            // next write (or the index's drop).
-            let same = self.index.reclaim.same_collector();
-            let records: Vec<_> = records.collect();
-            reclaim::after_outermost_write(move || {
-                // SAFETY: as below; postponing a retirement only delays it.
-                unsafe { retire_and_flush::<T>(&same, &[], records) }
-            });
-            return;
+        for g in self.due.drain(..) {
+            // SAFETY: handed out by the limbo once, its grace period passed.
+            unsafe { g.free() };
         }
-        // SAFETY: see `retire_and_flush`: each record left every copy of the tree and the table in
-        // a transaction that has finished, was taken out of a version once and pushed here once.
-        unsafe { retire_and_flush(&self.index.reclaim, &self.index.tables, records) };
+        if let Some(job) = self.job.take() {
+            job.run(&self.index.reclaim);
+        }
     }
 }
 
-/// Retires `records` and the arrays `tables` replaced, then flushes the
-/// collector until they are dropped (after the writer lock: pinning may run
-/// deferred destructors).
-///
-/// # Safety
-/// Each record left every copy of the tree and the module table in a
-/// finished transaction, is retired once, and `reclaim` is its index's.
-unsafe fn retire_and_flush<T>(
-    reclaim: &Reclaimer,
-    tables: &[record::Table<T>],
-    records: impl IntoIterator<Item = NonNull<Record<T>>>,
-) {
-    let guard = reclaim.pin();
-    // Arrays the tables replaced go with the records: a write that only
-    // inserts never pins (growth is geometric, so the arrays waiting
-    // meanwhile hold fewer slots than the published one).
-    for t in tables {
-        if t.has_replaced() {
-            t.retire_replaced(reclaim, &guard);
-        }
+impl<T: 'static> AddrIndex<T> {
+    /// Runs `body` as a transaction, with the limbo's part of it: hands out
+    /// what became due (and takes the tables' replaced arrays in) before
+    /// `body`, retires the records the transaction released after its last
+    /// flip, and once the writer lock is released drops what was due and
+    /// runs the limbo's job ([`Reclaiming`]). Also returns whether anything
+    /// was due.
+    fn transact<R>(
+        &self,
+        body: impl for<'b> FnOnce(&'b mut Txn<'b, Node<T>>, &'b mut Writer<T>, &Cell<Ending>) -> R,
+    ) -> (R, bool) {
+        // Dropped after the scope below ends, so after the writer lock is
+        // released, also when unwinding.
+        let mut reclaiming = Reclaiming {
+            index: self,
+            due: Vec::new(),
+            job: Cell::new(None),
+        };
+        let r = {
+            // From before the lock until after it: a deferred destructor that
+            // a pin inside the body (a guarded read in a batch) would run
+            // under the lock is postponed until the scope ends
+            // (`reclaim::WriterScope`).
+            let _scope = WriterScope::enter();
+            let end = Cell::new(Ending::Rollback);
+            let Reclaiming { due, job, .. } = &mut reclaiming;
+            // The body and the release hook share the job through the cell.
+            let job = &*job;
+            let with_job = |f: &mut dyn FnMut(&mut Option<Job>)| {
+                let mut j = job.take();
+                f(&mut j);
+                job.set(j);
+            };
+            self.tree.write(
+                |txn, w| {
+                    with_job(&mut |j| {
+                        w.limbo.begin(|g| due.push(g), j);
+                        for t in &self.tables {
+                            t.take_replaced(|a| w.limbo.retire(Garbage::Array(a), j));
+                        }
+                    });
+                    body(txn, w, &end)
+                },
+                |copy, first, last| self.publish(copy, first, last, end.get()),
+                |w, node| {
+                    w.slab.recycle(node);
+                    // Out of both copies (after a commit: the taken-out
+                    // records; after a rollback: the records made). `release`
+                    // runs after the last flip, once per released node: the
+                    // first call takes them all.
+                    let records = match end.get() {
+                        Ending::Commit(_) => &mut w.retired,
+                        Ending::Rollback => &mut w.created,
+                    };
+                    if !records.is_empty() {
+                        with_job(&mut |j| {
+                            for rec in records.drain(..) {
+                                w.limbo.retire(Garbage::Record(rec), j);
+                            }
+                        });
+                    }
+                },
+            )
+        };
+        (r, !reclaiming.due.is_empty())
     }
-    for rec in records {
-        // SAFETY: readers pinned from now on cannot reach `rec` (caller), it is retired once, and
-        // `guard` pins its index's collector.
-        unsafe { record::retire(reclaim, &guard, rec) };
-    }
-    // The first round of `flush` (hand the records to the collector,
-    // advance the epoch once) with this guard; then unpinned, since a
-    // guard of this thread would hold the epoch back from the second.
-    guard.flush();
-    drop(guard);
-    record::flush(reclaim);
 }
 
 impl<T: Send + Sync + 'static> AddrIndex<T> {
@@ -542,52 +548,56 @@ impl<T: Send + Sync + 'static> AddrIndex<T> {
     /// assert_eq!(index.lookup(0x5800).map(|h| h.id()), Some(new));
     /// ```
     pub fn write<R>(&self, f: impl FnOnce(&mut IndexBatch<'_, T>) -> R) -> R {
-        // Dropped after the lock is released, on every path.
-        let mut gone = Gone {
-            index: self,
-            first: None,
-            rest: Vec::new(),
-        };
-        // From before the lock until after it (dropped before `gone`, whose
-        // flush must run the destructors it collects, not postpone them): a
-        // deferred destructor that a pin inside `f` (a guarded read in the
-        // batch) would otherwise run under the lock is postponed until the
-        // scope ends (`reclaim::WriterScope`, as for `LatchTree` writes).
-        let _scope = WriterScope::enter();
-        let end = Cell::new(Ending::Rollback);
-        self.tree.write(
-            |txn, w| {
-                w.dirty = Dirty::new();
-                w.created.clear();
-                w.retired.clear();
-                let mut batch = IndexBatch {
-                    index: self,
-                    txn: txn.reborrow(),
-                    w,
-                };
-                let r = f(&mut batch);
-                let w = batch.w;
-                end.set(Ending::Commit(w.dirty));
-                // Committed: the records made are the index's for good.
-                w.created.clear();
-                r
-            },
-            |copy, first, last| self.publish(copy, first, last, end.get()),
-            |w, node| {
-                w.slab.recycle(node);
-                // Out of both copies (after a commit: the taken-out records;
-                // after a rollback: the records made). `release` runs after
-                // the last flip, once per released node: the first call
-                // takes them all.
-                let records = match end.get() {
-                    Ending::Commit(_) => &mut w.retired,
-                    Ending::Rollback => &mut w.created,
-                };
-                for rec in records.drain(..) {
-                    gone.push(rec);
-                }
-            },
-        )
+        self.transact(|txn, w, end| {
+            w.dirty = Dirty::new();
+            w.created.clear();
+            w.retired.clear();
+            let mut batch = IndexBatch {
+                index: self,
+                txn: txn.reborrow(),
+                w,
+            };
+            let r = f(&mut batch);
+            let w = batch.w;
+            end.set(Ending::Commit(w.dirty));
+            // Committed: the records made are the index's for good.
+            w.created.clear();
+            r
+        })
+        .0
+    }
+
+    /// Drops what earlier writes removed (the index's reference to each
+    /// removed or replaced value) and no reader can see any more, working
+    /// the epoch until nothing is left or it stops advancing: a guard held
+    /// on any thread (this one's included), or a
+    /// [`HandlerSection`](crate::HandlerSection) still open, keeps what it
+    /// may see. Writes do this work themselves, a little at a time (see
+    /// [when a removed value is
+    /// dropped](AddrIndex#when-a-removed-value-is-dropped)). Cheap when
+    /// nothing waits. When no guard is held and no section is open, one call
+    /// drops everything.
+    ///
+    /// # Panics
+    /// If called inside a [`write`](AddrIndex::write) of this index.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// let index = latchtree::AddrIndex::new();
+    /// let value = Arc::new(5);
+    /// let id = index.insert(0..10, Arc::clone(&value)).unwrap();
+    /// drop(index.remove(id)); // the caller's reference
+    /// assert_eq!(Arc::strong_count(&value), 2, "the index's reference waits");
+    /// index.flush();
+    /// assert_eq!(Arc::strong_count(&value), 1, "the index let go of its value");
+    /// ```
+    pub fn flush(&self) {
+        crate::reclaim::flush_limbo(&self.reclaim, || {
+            // A write that changes nothing (no flip, not counted).
+            let ((job, left), freed) =
+                self.transact(|_, w, _| (w.limbo.job(true), !w.limbo.is_empty()));
+            crate::reclaim::FlushRound { job, left, freed }
+        });
     }
 
     /// Relinks the index's ranges into a perfectly balanced tree now, as one

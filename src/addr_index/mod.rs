@@ -23,11 +23,11 @@ pub use error::{AddrIndexError, InsertError};
 pub use types::{Hit, ModuleId, ModuleMeta, ModuleRef, RawHit, Removed, Segment};
 
 use crate::raw::{RawTree, View};
-use crate::reclaim::Reclaimer;
+use crate::reclaim::{Limbo, Reclaimer};
 use crate::sync::{AtomicU64, Ordering};
 use core::fmt;
 use core::ptr::NonNull;
-use record::{Dirty, Record, Table};
+use record::{Dirty, Garbage, Record, Table};
 use slab::{RangeNode, Slab};
 
 type Node<T> = RangeNode<Record<T>>;
@@ -42,6 +42,9 @@ struct Writer<T> {
     created: Vec<NonNull<Record<T>>>,
     /// Records the running transaction took out (retired if it commits).
     retired: Vec<NonNull<Record<T>>>,
+    /// Records and table arrays that left every copy, waiting for their
+    /// grace period.
+    limbo: Limbo<Garbage<T>>,
 }
 
 /// An address-range index: non-overlapping `[start, end)` ranges of `u64`
@@ -202,34 +205,27 @@ struct Writer<T> {
 ///
 /// The index shares each value with the readers that may still see it
 /// through a guard, as an [`Arc`](std::sync::Arc): `remove` and `set_value`
-/// hand the caller a clone of it. The index lets go of its own reference
-/// once no guard pinned before the removal can still see it, through
-/// crossbeam-epoch's default collector, which frees deferred garbage in the
-/// order it was queued, a bounded amount per collection (crossbeam-epoch
-/// 0.9: at most 8 sealed bags). Every removing write, and
-/// [`flush`](AddrIndex::flush), collects for as long as that keeps freeing
-/// values removed from an `AddrIndex`, and then a few rounds more. So:
+/// hand the caller a clone of it. The index lets go of its own reference by
+/// the same writer-side reclamation as [`LatchTree`](crate::LatchTree): a
+/// removed (or replaced) module's record waits, with the writer, until no
+/// guard pinned before its removal is left, and is then dropped by a later
+/// write of this index (after its lock is released), by
+/// [`flush`](AddrIndex::flush), or when the index is dropped, on the thread
+/// that does it. Never by a reader, never inside a reader's pin, never under
+/// a writer lock: a write nested in another tree's or index's batch closure
+/// leaves what it would drop until that outer write has released its lock.
 ///
-/// * **When no guard is held on any thread (the caller's included), the
-///   index's reference goes before `remove` (or `set_value`, or the `write`
-///   that removed it) returns**, even if values removed earlier (from any
-///   `AddrIndex`, while some guard was held) are still queued ahead of it:
-///   they go too. The one exception is garbage that *other* users of the
-///   default collector (a [`LatchTree`](crate::LatchTree), a crossbeam
-///   data structure…) queued ahead of it while a guard was held: up to 8
-///   bags of it are worked through; behind more, the value goes at a later
-///   `flush` or removing write, each of which works through at least 16
-///   more such bags (with no guard held).
-/// * While a guard is held elsewhere: at the first `flush` (or later
-///   removing write) after those guards are dropped, with the same
-///   exception; at the latest when crossbeam-epoch's collector next runs
-///   on its own.
+/// **How much waits** (tested over random operation sequences,
+/// `tests/reclaim_bound.rs`): while no guard is held on any thread, after
+/// every write at most 64 removed values are still held by the index
+/// besides those the last 16 writes removed, whatever the writes; one
+/// `flush` lets go of all of them. A guard held somewhere keeps what it may
+/// see, and what was removed after it, until it is dropped.
 ///
 /// The value itself is dropped when the last `Arc` goes: the index's, the
-/// caller's [`Removed`], or a clone the caller kept. A value is never dropped
-/// under the writer lock (values of rejected writes are handed back in an
-/// [`InsertError`]), and every value still registered is dropped when the
-/// index is.
+/// caller's [`Removed`], or a clone the caller kept. Values of rejected
+/// writes are handed back in an [`InsertError`], and every value still
+/// registered is dropped when the index is.
 pub struct AddrIndex<T> {
     tree: RawTree<Node<T>, Writer<T>>,
     /// Per copy: the lowest start and the highest end (`MAX..0` when empty),
@@ -272,6 +268,7 @@ impl<T> AddrIndex<T> {
                     dirty: Dirty::new(),
                     created: Vec::new(),
                     retired: Vec::new(),
+                    limbo: Limbo::new(),
                 }),
                 bounds: [
                     CopyBounds([AtomicU64::new(u64::MAX), AtomicU64::new(0)]),
@@ -315,30 +312,6 @@ impl<T> AddrIndex<T> {
             (0, Ending::Rollback) => self.tables[0].sync_from(&self.tables[1], Dirty::all()),
             _ => {}
         }
-    }
-
-    /// Drops removed values now if no other thread's guard can still see
-    /// them (see [when a removed value is
-    /// dropped](AddrIndex#when-a-removed-value-is-dropped)): collects for as
-    /// long as that keeps freeing removed values, so a backlog queued while
-    /// a guard was held goes in one call. Writes that removed something call
-    /// it themselves; call it after dropping a guard that kept a removed
-    /// value alive. Cheap when nothing is pending; a few collector rounds
-    /// while a guard held elsewhere keeps values pending.
-    ///
-    /// ```
-    /// use std::sync::Arc;
-    /// let index = latchtree::AddrIndex::new();
-    /// let id = index.insert(0..10, Arc::new(5)).unwrap();
-    /// let shared = Arc::clone(index.get(id, &index.pin()).unwrap());
-    /// let guard = index.pin(); // e.g. a reader on another thread
-    /// drop(index.remove(id));
-    /// drop(guard);
-    /// index.flush();
-    /// assert_eq!(Arc::strong_count(&shared), 1, "the index let go of its value");
-    /// ```
-    pub fn flush(&self) {
-        record::flush(&self.reclaim);
     }
 }
 
@@ -387,6 +360,20 @@ impl<T> Drop for AddrIndex<T> {
     /// first panic a value's `Drop` raised, if any (unless the thread is
     /// already unwinding: a second panic would abort).
     fn drop(&mut self) {
+        // Removed records and replaced arrays still waiting for their grace
+        // period (no reader is left: `&mut self`). A write that changes
+        // nothing, for the writer state.
+        let mut waiting = Vec::new();
+        self.tree.write(
+            |_, w| waiting.extend(w.limbo.drain()),
+            |_, _, _| {},
+            |_, _| {},
+        );
+        for g in waiting {
+            // SAFETY: out of every copy, reachable by no reader (`&mut
+            // self`), handed out once by the limbo.
+            unsafe { g.free_now() };
+        }
         let mut records = Vec::new();
         self.tables[0].records(|r| records.push(r));
         for t in &mut self.tables {

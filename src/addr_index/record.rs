@@ -5,7 +5,8 @@
 //! segments, base and tag. It is immutable once created: `set_value` makes a
 //! new record. Records are heap boxes; pinned readers reach them from a range
 //! node's `module` word or from the module table, and a record is retired
-//! through the epoch only after it left both copies of both.
+//! into the index's limbo only after it left both copies of both (and freed
+//! once its grace period passed: `reclaim::Limbo`).
 //!
 //! The **module table** ([`Table`]) maps ids to records, one table per copy
 //! of the range tree and steered by the same latch, so a reader that
@@ -22,10 +23,9 @@
 //! in place: growing (and shrinking, when a compaction leaves it mostly
 //! empty) publishes a new array, and the replaced one, which pinned readers
 //! may still be reading, is queued on the table's *replaced* list (under the
-//! lock) and retired through the epoch after the lock of the next write
-//! that retires a record ([`Table::retire_replaced`]; a write that only
-//! inserts never pins, and since growth doubles, the arrays waiting hold
-//! fewer slots than the published one). No `Box` or `&mut` is ever made again for
+//! lock) and moved into the index's limbo by the next write
+//! ([`Table::take_replaced`]), which frees it once its grace period passed,
+//! like a record. No `Box` or `&mut` is ever made again for
 //! a published array: readers hold `&Array` to it. Only pinned readers (and
 //! the writer) read arrays; the signal-safe `module_count` reads only the
 //! count. Readers bound every probe by the array's own length, which is
@@ -34,7 +34,6 @@
 //! times what the used slots need.
 
 use super::types::Segments;
-use crate::reclaim::Reclaimer;
 use crate::sync::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use core::ptr::{self, NonNull};
 use std::sync::Arc;
@@ -68,86 +67,49 @@ impl<T> Record<T> {
     }
 }
 
-/// Records retired (by any index) whose destructor has not run yet. Only
-/// bounds [`flush`]'s loop, so it is a plain std atomic even under loom.
-static PENDING: core::sync::atomic::AtomicUsize = core::sync::atomic::AtomicUsize::new(0);
+/// What an index's limbo (`reclaim::Limbo`) holds: a record or a table
+/// array that left every copy readers can reach, waiting for its grace
+/// period.
+pub(crate) enum Garbage<T> {
+    Record(NonNull<Record<T>>),
+    Array(NonNull<Array<T>>),
+}
 
-/// A retired record: its drop counts down [`PENDING`] once the record (and
-/// perhaps its value) is dropped, even if that drop panics.
-#[repr(transparent)]
-struct Retired<T>(core::mem::ManuallyDrop<Record<T>>);
-
-impl<T> Drop for Retired<T> {
-    fn drop(&mut self) {
-        struct CountDown;
-        impl Drop for CountDown {
-            fn drop(&mut self) {
-                // Release: pairs with the Acquire load in `flush`, so a
-                // flusher that sees the count drop sees the value's drop.
-                PENDING.fetch_sub(1, core::sync::atomic::Ordering::Release);
-            }
+impl<T: 'static> Garbage<T> {
+    /// Drops it: now, or (inside another write's scope) once the outermost
+    /// write ends, so that a value's `Drop` never runs under a writer lock.
+    /// A panic from a value's `Drop` is counted, not propagated
+    /// ([`swallowed_drop_panics`](crate::swallowed_drop_panics)).
+    ///
+    /// # Safety
+    /// Its grace period passed (no reader can reach it), and it is freed
+    /// once: the limbo handed it out once.
+    pub(crate) unsafe fn free(self) {
+        match self {
+            // SAFETY: a `Box<Record<T>>` from `Record::boxed` (caller: unreachable, once).
+            Garbage::Record(r) => unsafe { crate::reclaim::postpone_drop(r) },
+            // SAFETY: a `Box<Array<T>>` from `replace_array` (caller: unreachable, once).
+            Garbage::Array(a) => drop(unsafe { Box::from_raw(a.as_ptr()) }),
         }
-        let _count_down = CountDown;
-        // SAFETY: the record is dropped here, once, and never used again.
-        unsafe { core::mem::ManuallyDrop::drop(&mut self.0) };
     }
 }
 
-/// Hands `record` (out of both copies of everything, so unreachable for
-/// readers that pin from now on) to the epoch, to be dropped once no guard
-/// pinned before now remains; see [`flush`].
-///
-/// # Safety
-/// `record` came from [`Record::boxed`], is unreachable for new readers, is
-/// retired once and not used again; `guard` pins `reclaim`'s collector.
-pub(crate) unsafe fn retire<T>(
-    reclaim: &Reclaimer,
-    guard: &crossbeam_epoch::Guard,
-    record: NonNull<Record<T>>,
-) {
-    // Relaxed: a count; the destructor's decrement is ordered after it by
-    // the epoch's own synchronization.
-    PENDING.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
-    // `Retired<T>` is a transparent wrapper (of a transparent wrapper): the
-    // same layout as the box's `Record<T>`.
-    // SAFETY: caller; the pointer came from a `Box<Record<T>>`.
-    unsafe { reclaim.retire(guard, record.cast::<Retired<T>>()) };
-}
-
-/// Rounds in a row in which [`flush`] may see no retired record dropped
-/// before it gives up. Two such rounds are needed after the last guard
-/// that held the epoch back is dropped (a bag is freed two epoch steps
-/// after it was sealed); the third lets through up to one collection's
-/// worth (crossbeam-epoch 0.9 frees at most 8 bags per collection) of
-/// other code's garbage queued between ours. While a guard held elsewhere
-/// keeps records pending, every flush spends these rounds: a small bound
-/// keeps that cheap.
-pub(crate) const FLUSH_PATIENCE: usize = 3;
-
-/// Runs the epoch's collector until every retired record was dropped, for
-/// as long as each round (or one of the last [`FLUSH_PATIENCE`]) dropped
-/// some: a backlog of retired records (queued while a guard was held) is
-/// worked through completely, a guard held elsewhere (which stops the
-/// epoch) costs only the patience rounds. Bounded even while other threads
-/// keep retiring: at most as many progress rounds as records were pending
-/// at the start. Call it with no guard pinned on this thread (it could not
-/// advance).
-pub(crate) fn flush(reclaim: &Reclaimer) {
-    // Acquire: see `Retired::drop`.
-    let pending = || PENDING.load(core::sync::atomic::Ordering::Acquire);
-    let mut last = pending();
-    let mut progress_rounds = last;
-    let mut idle = 0;
-    while last != 0 && idle < FLUSH_PATIENCE {
-        reclaim.pin().flush();
-        let now = pending();
-        if now < last && progress_rounds > 0 {
-            progress_rounds -= 1;
-            idle = 0;
-        } else {
-            idle += 1;
+impl<T> Garbage<T> {
+    /// Drops it now (the index's own `Drop`: no reader is left). A panic
+    /// from a value's `Drop` is counted, as during reclamation by a write.
+    ///
+    /// # Safety
+    /// As for [`free`](Garbage::free).
+    pub(crate) unsafe fn free_now(self) {
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match self {
+            // SAFETY: a `Box` made by this module (caller: unreachable, once).
+            Garbage::Record(r) => drop(unsafe { Box::from_raw(r.as_ptr()) }),
+            // SAFETY: as above.
+            Garbage::Array(a) => drop(unsafe { Box::from_raw(a.as_ptr()) }),
+        }));
+        if r.is_err() {
+            crate::reclaim::count_swallowed_drop_panic();
         }
-        last = now;
     }
 }
 
@@ -159,7 +121,7 @@ struct Slot<T> {
 
 /// A table's array. `slots` is never resized; `replaced_next` links the
 /// table's list of replaced arrays (writer-only).
-struct Array<T> {
+pub(crate) struct Array<T> {
     slots: Box<[Slot<T>]>,
     replaced_next: AtomicPtr<Array<T>>,
 }
@@ -236,8 +198,8 @@ impl<T> Table<T> {
         // then fails validation but must not read uninitialized memory).
         let a = self.array.load(Ordering::Acquire);
         // The writer (under the lock) only reads the published array; a
-        // replaced array is retired through the epoch after the lock
-        // (`retire_replaced`), so it outlives every guard pinned while it
+        // replaced array goes to the limbo (`take_replaced`), which frees it
+        // after its grace period, so it outlives every guard pinned while it
         // could still be loaded here; the index's drop (`free`) needs
         // `&mut`; no `&mut` or `Box` to a published array is made again.
         // SAFETY: so `array` is null or points to an array that stays
@@ -320,7 +282,7 @@ impl<T> Table<T> {
             unsafe { old.as_ref() }
                 .replaced_next
                 .store(head, Ordering::Relaxed);
-            // Release: pairs with the Acquire swap in `retire_replaced`,
+            // Release: pairs with the Acquire swap in `take_replaced`,
             // which then sees `replaced_next` and the unpublishing swap.
             match self.replaced.compare_exchange_weak(
                 head,
@@ -416,28 +378,27 @@ impl<T> Table<T> {
     }
 
     /// Whether arrays wait in the replaced list. A hint, for skipping
-    /// [`retire_replaced`](Table::retire_replaced) cheaply.
+    /// [`take_replaced`](Table::take_replaced) cheaply.
     #[inline]
     pub(crate) fn has_replaced(&self) -> bool {
-        // Relaxed: a hint; `retire_replaced` synchronizes.
+        // Relaxed: a hint; `take_replaced` synchronizes.
         !self.replaced.load(Ordering::Relaxed).is_null()
     }
 
-    /// Retires every array in the replaced list through the epoch. Call it
-    /// after the writer lock (the first pin must not be taken under it).
-    pub(crate) fn retire_replaced(&self, reclaim: &Reclaimer, guard: &crossbeam_epoch::Guard) {
-        // Acquire: pairs with the Release CAS in `replace_array`.
+    /// Hands every array in the replaced list to `retire` (under the
+    /// writer lock, for the limbo: readers may still be reading them).
+    pub(crate) fn take_replaced(&self, mut retire: impl FnMut(NonNull<Array<T>>)) {
+        if !self.has_replaced() {
+            return;
+        }
+        // Acquire: pairs with the Release CAS in `replace_array` (both are
+        // under the writer lock today; the list stays safe to take anywhere).
         let mut next = self.replaced.swap(ptr::null_mut(), Ordering::Acquire);
         while let Some(a) = NonNull::new(next) {
             // SAFETY: taking the list made this thread its only owner; the
-            // array is still allocated (retired below, once).
+            // array is still allocated (handed on below, once).
             next = unsafe { a.as_ref() }.replaced_next.load(Ordering::Relaxed);
-            // `a` came from `Box::into_raw` in `replace_array` and was
-            // unpublished before it was pushed, so a guard pinned after this
-            // thread took the list cannot load it.
-            // SAFETY: and it is retired once: the swap above took it out of
-            // the list for good.
-            unsafe { reclaim.retire(guard, a) };
+            retire(a);
         }
     }
 

@@ -7,7 +7,7 @@
 //! period passed; a later write drops them after its lock is released
 //! ([`Reclaiming`]), and recycles their nodes.
 
-use super::{Batch, LatchTree, Node, Writer, entry};
+use super::{Batch, LatchTree, Node, Shells, Writer, entry};
 use crate::raw::{Dir, Txn};
 use crate::reclaim::{Job, WriterScope, in_writer_scope, postpone_drop};
 use core::borrow::Borrow;
@@ -279,6 +279,10 @@ impl<K: Ord + Send + 'static, V: Send + 'static> LatchTree<K, V> {
     /// frees a bounded amount per round, oldest first; e.g. after a guard
     /// held elsewhere for a long time): then a later call finishes.
     ///
+    /// It also frees the node shells the tree keeps for reuse, so after a
+    /// `flush` with no guard held the tree holds memory only for its live
+    /// entries (and its empty limbo).
+    ///
     /// # Panics
     /// If called inside a [`write`](LatchTree::write) of this tree.
     ///
@@ -292,39 +296,19 @@ impl<K: Ord + Send + 'static, V: Send + 'static> LatchTree<K, V> {
     /// assert_eq!(Arc::strong_count(&value), 1, "the removed value was dropped");
     /// ```
     pub fn flush(&self) {
-        let mut idle = 0;
-        for _ in 0..FLUSH_ROUNDS {
+        crate::reclaim::flush_limbo(&self.reclaim, || {
             // A write that changes nothing (no flip, not counted).
             let ((job, left), freed) =
                 self.transact(|_, w| (w.limbo.job(true), !w.limbo.is_empty()));
-            if let Some(job) = job {
-                job.run_collecting(&self.reclaim, FLUSH_COLLECTS);
-            }
-            idle = if freed { 0 } else { idle + 1 };
-            if !left || idle == FLUSH_PATIENCE {
-                return;
-            }
-        }
+            crate::reclaim::FlushRound { job, left, freed }
+        });
+        // Returns memory too (round-2 review, F3): the shells kept for reuse
+        // and those the rounds above returned go back to the allocator.
+        let (mut shells, _) = self.transact(|_, w| Shells(core::mem::take(&mut w.shells.0)));
+        shells.take_returned(&self.returned);
+        shells.free();
     }
 }
-
-/// Rounds in a row in which [`LatchTree::flush`] may free nothing before it
-/// gives up. An announcement needs two epoch steps after it was sealed and
-/// one more round takes what it announced; the rest lets through other
-/// garbage queued ahead of the announcement (a guard held elsewhere keeps
-/// all of it queued, and then every flush spends these rounds: a small
-/// bound keeps that cheap).
-const FLUSH_PATIENCE: usize = 6;
-
-/// Collections per [`LatchTree::flush`] round: crossbeam frees at most 8
-/// sealed bags per collection, oldest first, so this lets each round work
-/// through up to 64 bags of other garbage queued ahead of the tree's.
-const FLUSH_COLLECTS: usize = 8;
-
-/// The most rounds one [`LatchTree::flush`] runs (each frees a whole
-/// announced backlog, so a few suffice; the bound keeps a flush finite
-/// while other threads keep writing).
-const FLUSH_ROUNDS: usize = 32;
 
 /// A node that was in the tree (or just left it) during a write that
 /// finished after `guard` pinned, borrowed for the guard's lifetime.
