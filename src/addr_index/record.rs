@@ -367,10 +367,13 @@ impl<T> Table<T> {
             self.replace_array(cap, slots.iter().take(len).map(load));
         }
         if let Some((lo, hi)) = dirty.0 {
-            let hi = hi.min(len);
-            for (i, s) in src.slots().iter().enumerate().take(hi).skip(lo) {
+            let (from, to) = (src.slots(), self.slots());
+            let hi = hi.min(len).min(from.len()).min(to.len());
+            for (s, d) in from[lo.min(hi)..hi].iter().zip(&to[lo.min(hi)..hi]) {
                 let (id, r) = load(s);
-                self.set_slot(i, id, r);
+                // Relaxed: see the section comment.
+                d.id.store(id, Ordering::Relaxed);
+                d.record.store(r, Ordering::Relaxed);
             }
         }
         self.len.store(len, Ordering::Relaxed);
