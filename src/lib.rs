@@ -99,12 +99,13 @@ mod latch_tree;
 mod objects;
 mod raw;
 mod reclaim;
+mod section;
 mod stats;
 mod sync;
 
 pub use addr_index::{
-    AddrIndex, AddrIndexError, Hit, IndexBatch, InsertError, ModuleId, ModuleMeta, ModuleRef,
-    RawHit, Removed, Segment,
+    AddrIndex, AddrIndexError, HandlerSection, Hit, IndexBatch, InsertError, ModuleId, ModuleMeta,
+    ModuleRef, RawHit, Removed, Segment,
 };
 pub use crossbeam_epoch::{Collector, Guard, LocalHandle};
 pub use latch_tree::{Batch, Iter, Keys, LatchTree, Range, UnsortedInput, Values};

@@ -470,7 +470,10 @@ impl<T> Limbo<T> {
     }
 
     /// Starts a transaction (under the writer lock): hands every item whose
-    /// grace period has passed to `due`, to be freed after the lock. If
+    /// grace period has passed to `due`, to be freed after the lock: the
+    /// epoch's, and `also`'s (the latest period another kind of reader is
+    /// known to be done with: the address index's handler sections, or
+    /// `u64::MAX`). If
     /// items of earlier periods still wait, sets `job` to announce them (no
     /// announcement outstanding) or, every [`HELP_EVERY`] writes, to flush
     /// (one is): so that a tree whose later writes only insert still frees
@@ -479,14 +482,14 @@ impl<T> Limbo<T> {
     /// anywhere, all 1,000). Announcing them now is sound: their
     /// transactions' locks were released before this one began, and the
     /// announcement is deferred after this one's.
-    pub(crate) fn begin(&mut self, mut due: impl FnMut(T), job: &mut Option<Job>) {
+    pub(crate) fn begin(&mut self, also: u64, mut due: impl FnMut(T), job: &mut Option<Job>) {
         self.period += 1;
         self.retiring = false;
         self.asked = false;
         if self.queue.is_empty() {
             return;
         }
-        let passed = self.passed();
+        let passed = self.passed().min(also);
         while let Some(&(p, _)) = self.queue.front() {
             if p > passed {
                 break;
@@ -566,6 +569,16 @@ impl<T> Limbo<T> {
             });
         }
         None
+    }
+
+    /// The period the next transaction will have.
+    pub(crate) fn next_period(&self) -> u64 {
+        self.period + 1
+    }
+
+    /// The period of the oldest waiting item.
+    pub(crate) fn oldest(&self) -> Option<u64> {
+        self.queue.front().map(|&(p, _)| p)
     }
 
     /// Whether nothing waits.

@@ -204,7 +204,12 @@ trait Writes {
         meta: ModuleMeta,
     ) -> Result<ModuleId, (AddrIndexError, u32)>;
     fn remove(&mut self, id: ModuleId) -> Option<latchtree::Removed<u32>>;
-    fn set_value(&mut self, id: ModuleId, v: u32, tag: u64) -> Result<u32, (AddrIndexError, u32)>;
+    fn set_value(
+        &mut self,
+        id: ModuleId,
+        v: u32,
+        tag: u64,
+    ) -> Result<(u32, u64), (AddrIndexError, u32)>;
 }
 
 impl Writes for &AddrIndex<u32> {
@@ -220,9 +225,14 @@ impl Writes for &AddrIndex<u32> {
     fn remove(&mut self, id: ModuleId) -> Option<latchtree::Removed<u32>> {
         AddrIndex::remove(self, id)
     }
-    fn set_value(&mut self, id: ModuleId, v: u32, tag: u64) -> Result<u32, (AddrIndexError, u32)> {
+    fn set_value(
+        &mut self,
+        id: ModuleId,
+        v: u32,
+        tag: u64,
+    ) -> Result<(u32, u64), (AddrIndexError, u32)> {
         AddrIndex::set_value(self, id, v, tag)
-            .map(|a| *a)
+            .map(|old| (**old.value(), old.tag()))
             .map_err(|e| e.into_parts())
     }
 }
@@ -240,9 +250,14 @@ impl Writes for latchtree::IndexBatch<'_, u32> {
     fn remove(&mut self, id: ModuleId) -> Option<latchtree::Removed<u32>> {
         latchtree::IndexBatch::remove(self, id)
     }
-    fn set_value(&mut self, id: ModuleId, v: u32, tag: u64) -> Result<u32, (AddrIndexError, u32)> {
+    fn set_value(
+        &mut self,
+        id: ModuleId,
+        v: u32,
+        tag: u64,
+    ) -> Result<(u32, u64), (AddrIndexError, u32)> {
         latchtree::IndexBatch::set_value(self, id, v, tag)
-            .map(|a| *a)
+            .map(|old| (**old.value(), old.tag()))
             .map_err(|e| e.into_parts())
     }
 }
@@ -314,7 +329,11 @@ fn apply(index: &mut impl Writes, oracle: &mut Oracle, w: &Write) {
             let got = index.set_value(id, *value, *tag);
             match oracle.modules.iter_mut().find(|m| m.id == id) {
                 Some(m) => {
-                    assert_eq!(got, Ok(m.value), "set_value returns the old value");
+                    assert_eq!(
+                        got,
+                        Ok((m.value, m.tag)),
+                        "set_value returns the old value and tag"
+                    );
                     m.value = *value;
                     m.tag = *tag;
                 }

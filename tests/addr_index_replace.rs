@@ -93,7 +93,11 @@ fn readers_never_miss_or_see_a_foreign_tag_during_100k_in_place_updates() {
             // `k - 1` or later.
             installing.store(k, Release);
             let old = index.set_value(id, k, k).unwrap();
-            assert_eq!(*old, k - 1);
+            assert_eq!(
+                (**old.value(), old.tag()),
+                (k - 1, k - 1),
+                "set_value returns the old value and tag"
+            );
             committed.store(k, Release);
         }
         stop.store(true, Release);

@@ -263,7 +263,7 @@ fn writer(time: Duration, max_writes: u64) -> u64 {
                 let tag = slot_tag(j, own, generation);
                 let old = in_write(|| INDEX.set_value(id, name, tag))
                     .expect("set_value of a live module");
-                assert!(old.starts_with(&format!("slot {j} ")));
+                assert!(old.value().starts_with(&format!("slot {j} ")));
             }
             (Some((id, _)), _) => {
                 // Replace by a new module with other ranges, in one batch.

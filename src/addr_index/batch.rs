@@ -298,13 +298,7 @@ impl<T> IndexBatch<'_, T> {
             unsafe { self.txn.erase(node) };
         }
         self.w.retired.push(rec);
-        Some(Removed {
-            id,
-            value: Arc::clone(&r.value),
-            segments: r.segments.clone(),
-            base: r.base,
-            tag: r.tag,
-        })
+        Some(Removed::of(r))
     }
 
     /// [`AddrIndex::set_value`], inside the batch.
@@ -313,7 +307,7 @@ impl<T> IndexBatch<'_, T> {
     /// let index = latchtree::AddrIndex::new();
     /// let id = index.insert(0..10, 'a').unwrap();
     /// let old = index.write(|b| b.set_value(id, 'b', 7)).unwrap();
-    /// assert_eq!(*old, 'a');
+    /// assert_eq!((**old.value(), old.tag()), ('a', 0));
     /// assert_eq!(index.lookup(5).unwrap().tag(), 7);
     /// ```
     pub fn set_value(
@@ -321,7 +315,7 @@ impl<T> IndexBatch<'_, T> {
         id: ModuleId,
         value: T,
         tag: u64,
-    ) -> Result<Arc<T>, InsertError<T>> {
+    ) -> Result<Removed<T>, InsertError<T>> {
         let Some(old) = self.record(id) else {
             return Err(InsertError::new(AddrIndexError::UnknownModule(id), value));
         };
@@ -341,7 +335,7 @@ impl<T> IndexBatch<'_, T> {
             unsafe { self.txn.replace(old_node, node) };
         }
         self.w.retired.push(old);
-        Ok(Arc::clone(&o.value))
+        Ok(Removed::of(o))
     }
 
     /// The value of module `id` in the version being built.
@@ -482,7 +476,10 @@ impl<T: 'static> AddrIndex<T> {
             self.tree.write(
                 |txn, w| {
                     with_job(&mut |j| {
-                        w.limbo.begin(|g| due.push(g), j);
+                        let waiting = !w.limbo.is_empty();
+                        let period = w.limbo.next_period();
+                        let sections = w.clock.poll(&self.sections, period, waiting);
+                        w.limbo.begin(sections, |g| due.push(g), j);
                         for t in &self.tables {
                             t.take_replaced(|a| w.limbo.retire(Garbage::Array(a), j));
                         }
@@ -600,6 +597,52 @@ impl<T: Send + Sync + 'static> AddrIndex<T> {
         });
     }
 
+    /// Waits until the index has let go of every value removed or replaced
+    /// before the call: until every [`HandlerSection`](crate::HandlerSection)
+    /// open on another thread when it was removed has closed, and every
+    /// guard pinned before the call is dropped; then drops them (as
+    /// [`flush`](AddrIndex::flush) does). For a caller that must know, e.g.
+    /// before unmapping the code a removed module described. Writes never
+    /// wait like this; this is the one call that blocks on readers.
+    ///
+    /// # Deadlocks
+    /// Never returns while this thread holds a guard or has a section open,
+    /// or while another thread keeps one for good; never call it from a
+    /// signal handler or inside a [`write`](AddrIndex::write) closure.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::sync::atomic::{AtomicBool, Ordering};
+    /// let index = latchtree::AddrIndex::new();
+    /// let table = Arc::new([0u8; 64]);
+    /// let id = index.insert(0..10, Arc::clone(&table)).unwrap();
+    /// let closed = AtomicBool::new(false);
+    /// std::thread::scope(|s| {
+    ///     let section = index.handler_section(); // e.g. a handler on this thread…
+    ///     assert_eq!(section.lookup(5).map(|h| h.value().len()), Some(64));
+    ///     s.spawn(|| {
+    ///         drop(index.remove(id));
+    ///         index.synchronize(); // …which it waits for
+    ///         assert!(closed.load(Ordering::SeqCst));
+    ///         assert_eq!(Arc::strong_count(&table), 1, "the index let go");
+    ///     });
+    ///     std::thread::sleep(std::time::Duration::from_millis(10));
+    ///     closed.store(true, Ordering::SeqCst);
+    ///     drop(section);
+    /// });
+    /// ```
+    pub fn synchronize(&self) {
+        let (before, _) = self.transact(|_, w, _| w.limbo.next_period());
+        loop {
+            self.flush();
+            let (oldest, _) = self.transact(|_, w, _| w.limbo.oldest());
+            if oldest.is_none_or(|p| p >= before) {
+                return;
+            }
+            std::thread::yield_now();
+        }
+    }
+
     /// Relinks the index's ranges into a perfectly balanced tree now, as one
     /// more write (readers that overlap it retry, as with any write).
     /// Writes already do this on their own once an insert lands two levels
@@ -709,7 +752,8 @@ impl<T: Send + Sync + 'static> AddrIndex<T> {
     }
 
     /// Replaces the value and tag of live module `id` atomically, keeping
-    /// its id, ranges and base; returns the old value. A concurrent
+    /// its id, ranges and base; returns what it replaced (the old value and
+    /// tag, as a [`Removed`]). A concurrent
     /// [`lookup`](AddrIndex::lookup) or [`module_address`](AddrIndex::module_address)
     /// sees the old module or the new one (value and tag together), never a
     /// miss and never a mix. An unknown id gives the new value back in the
@@ -719,14 +763,20 @@ impl<T: Send + Sync + 'static> AddrIndex<T> {
     /// use latchtree::{AddrIndex, AddrIndexError, ModuleId};
     /// let index = AddrIndex::new();
     /// let id = index.insert(0..10, "baseline").unwrap();
-    /// assert_eq!(*index.set_value(id, "optimized", 2).unwrap(), "baseline");
+    /// let old = index.set_value(id, "optimized", 2).unwrap();
+    /// assert_eq!((**old.value(), old.tag()), ("baseline", 0));
     /// let guard = index.pin();
     /// let hit = index.module_address(5, &guard).unwrap();
     /// assert_eq!((hit.id(), *hit.value(), hit.tag()), (id, "optimized", 2));
     /// let err = index.set_value(ModuleId::from_raw(9), "x", 0).unwrap_err();
     /// assert_eq!(err.into_parts(), (AddrIndexError::UnknownModule(ModuleId::from_raw(9)), "x"));
     /// ```
-    pub fn set_value(&self, id: ModuleId, value: T, tag: u64) -> Result<Arc<T>, InsertError<T>> {
+    pub fn set_value(
+        &self,
+        id: ModuleId,
+        value: T,
+        tag: u64,
+    ) -> Result<Removed<T>, InsertError<T>> {
         self.write(|b| b.set_value(id, value, tag))
     }
 

@@ -13,6 +13,7 @@
 
 mod batch;
 mod error;
+mod handler;
 mod queries;
 mod record;
 mod slab;
@@ -20,10 +21,12 @@ mod types;
 
 pub use batch::IndexBatch;
 pub use error::{AddrIndexError, InsertError};
+pub use handler::HandlerSection;
 pub use types::{Hit, ModuleId, ModuleMeta, ModuleRef, RawHit, Removed, Segment};
 
 use crate::raw::{RawTree, View};
 use crate::reclaim::{Limbo, Reclaimer};
+use crate::section::{SectionClock, Sections};
 use crate::sync::{AtomicU64, Ordering};
 use core::fmt;
 use core::ptr::NonNull;
@@ -45,6 +48,8 @@ struct Writer<T> {
     /// Records and table arrays that left every copy, waiting for their
     /// grace period.
     limbo: Limbo<Garbage<T>>,
+    /// The handler sections' grace period (`crate::section`).
+    clock: SectionClock,
 }
 
 /// An address-range index: non-overlapping `[start, end)` ranges of `u64`
@@ -115,7 +120,7 @@ struct Writer<T> {
 /// // Tier-up: the optimized code traps elsewhere.
 /// let optimized = trap_table(TrapTable { traps: &[(0x20, "integer overflow")] });
 /// let old = CODE.set_value(f, Code { tier: 1 }, optimized).map_err(|e| e.to_string()).unwrap();
-/// assert_eq!(old.tier, 0);
+/// assert_eq!(old.value().tier, 0);
 /// assert_eq!(on_trap(0x10_0020), Some("integer overflow"));
 ///
 /// // Unmapping an arena: every function in it goes, in one transaction.
@@ -236,6 +241,8 @@ pub struct AddrIndex<T> {
     /// Per copy: id → record (`record.rs`).
     tables: [Table<T>; 2],
     reclaim: Reclaimer,
+    /// Open handler sections, which keep removed records alive.
+    sections: Sections,
 }
 
 /// One copy's `[lowest start, highest end]`, alone on a pair of cache lines.
@@ -269,6 +276,7 @@ impl<T> AddrIndex<T> {
                     created: Vec::new(),
                     retired: Vec::new(),
                     limbo: Limbo::new(),
+                    clock: SectionClock::new(),
                 }),
                 bounds: [
                     CopyBounds([AtomicU64::new(u64::MAX), AtomicU64::new(0)]),
@@ -276,6 +284,7 @@ impl<T> AddrIndex<T> {
                 ],
                 tables: [Table::new(), Table::new()],
                 reclaim: Reclaimer::global(),
+                sections: Sections::new(),
             }
         }
     }

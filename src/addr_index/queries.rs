@@ -46,7 +46,7 @@ impl<T> AddrIndex<T> {
     /// Finds the range containing `addr` in a stable copy and copies its
     /// fields out, before validation. `Some(None)`: no such range.
     #[inline(always)]
-    fn find<'a>(
+    pub(super) fn find<'a>(
         &'a self,
         view: View<'a, Node<T>>,
         addr: u64,
@@ -98,15 +98,23 @@ impl<T> AddrIndex<T> {
     /// ```
     #[inline]
     pub fn lookup_many<const K: usize>(&self, addrs: [u64; K]) -> [Option<RawHit>; K] {
-        self.read(|view| {
-            let mut cand: [Option<&Node<T>>; K] = [None; K];
-            view.descend_lanes::<K>(|lane, n| range_step(addrs[lane], n, &mut cand[lane]))?;
-            // Read the candidates' fields before validation, like every
-            // field.
-            Some(core::array::from_fn(|lane| {
-                containing(cand[lane], addrs[lane]).map(raw_hit)
-            }))
-        })
+        self.read(|view| Self::find_many(view, addrs, raw_hit))
+    }
+
+    /// The `K` descents of `lookup_many` in a stable copy; `out` copies each
+    /// hit's fields out, before validation.
+    #[inline(always)]
+    pub(super) fn find_many<'a, R, const K: usize>(
+        view: View<'a, Node<T>>,
+        addrs: [u64; K],
+        out: impl Fn(&'a Node<T>) -> R,
+    ) -> Option<[Option<R>; K]> {
+        let mut cand: [Option<&Node<T>>; K] = [None; K];
+        view.descend_lanes::<K>(|lane, n| range_step(addrs[lane], n, &mut cand[lane]))?;
+        // Read the candidates' fields before validation, like every field.
+        Some(core::array::from_fn(|lane| {
+            containing(cand[lane], addrs[lane]).map(&out)
+        }))
     }
 
     /// Pins crossbeam-epoch's default collector: the guard every guarded

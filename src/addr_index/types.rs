@@ -403,8 +403,10 @@ impl<'g, T> ModuleRef<'g, T> {
     }
 }
 
-/// Everything the index knew of a module it no longer holds: what
-/// [`AddrIndex::remove`](crate::AddrIndex::remove) returns. A profiler
+/// Everything the index knew of a module, or of a module's version, that
+/// it no longer holds: what [`AddrIndex::remove`](crate::AddrIndex::remove)
+/// and [`set_value`](crate::AddrIndex::set_value) return (for `set_value`:
+/// the old value and tag, with the ranges and base, which it keeps). A profiler
 /// resolves a late `(id, module_offset)` sample with it, no side table
 /// needed.
 ///
@@ -440,6 +442,17 @@ pub struct Removed<T> {
 }
 
 impl<T> Removed<T> {
+    /// What `record` holds, with a clone of its value.
+    pub(crate) fn of(record: &super::record::Record<T>) -> Self {
+        Removed {
+            id: ModuleId(record.id),
+            value: Arc::clone(&record.value),
+            segments: record.segments.clone(),
+            base: record.base,
+            tag: record.tag,
+        }
+    }
+
     /// The removed module's id (see the example on [`Removed`]).
     pub fn id(&self) -> ModuleId {
         self.id

@@ -256,7 +256,7 @@ impl<K: Ord + Send + 'static, V: Send + 'static> LatchTree<K, V> {
             };
             self.raw.write(
                 |txn, w| {
-                    with_job(&mut |j| w.limbo.begin(|node| push_due(due, node), j));
+                    with_job(&mut |j| w.limbo.begin(u64::MAX, |node| push_due(due, node), j));
                     body(txn, w)
                 },
                 |_, _, _| {},
