@@ -117,6 +117,14 @@ pub use objects::{
 pub use reclaim::{pin, swallowed_drop_panics};
 pub use stats::Stats;
 
+/// The handler sections' grace period on its own, for the loom model of
+/// read section vs retire (`tests/loom_addr_index.rs`); not an API.
+#[cfg(latchtree_loom)]
+#[doc(hidden)]
+pub mod loom_section {
+    pub use crate::section::{SectionClock, Sections};
+}
+
 /// The README's examples, compiled and run as doctests.
 #[doc = include_str!("../README.md")]
 #[cfg(doctest)]

@@ -11,37 +11,44 @@
 //!
 //! # The protocol (an SRCU with a poll instead of a wait)
 //!
-//! *Reader* ([`Sections::enter`]): `p = phase` (`SeqCst`), `count[p & 1] +=
-//! 1` (`SeqCst`), re-read `phase`: if it moved, undo and retry, so an open
-//! section is always counted under a phase that was current after its
-//! increment. Then the read, whose first load of the latch's `seq` is
-//! `SeqCst` ([`crate::raw::RawTree::read_after_section`]). Closing is one
-//! `Release` decrement.
+//! *Reader* ([`Sections::enter`]): `p = phase`, `count[p & 1] += 1`, then
+//! `fence(SeqCst)` (Y), then re-read `phase`: if it moved, undo and retry,
+//! so an open section is always counted under a phase that was current
+//! after its increment. Then the lookups (the latch's usual `Acquire`
+//! reads). Closing is one `Release` decrement.
 //!
 //! *Writer* ([`SectionClock::poll`], under the writer lock, at the start of
 //! period `f`, when everything retired in periods `< f` already left every
-//! copy): `fence(SeqCst)`; if a drain is running, and the counters of the
-//! previous phase sum to 0, it is complete. If none is running, flip
-//! `phase` and start one (checking it at once: with no handler open, a
-//! drain completes in the same poll). A drain started at period `f`
-//! completes ⇒ every section open at its flip has closed ⇒ periods `< f`
-//! are past their grace period for sections.
+//! copy): `fence(SeqCst)` (X); if a drain is running and the counters of
+//! the previous phase sum to 0, it is complete. If none is running, flip
+//! `phase`, `fence(SeqCst)` again, and start one, checking it at once (with
+//! no handler open, a drain completes in the same poll). A drain started at
+//! period `f` completes ⇒ every section open at its flip has closed ⇒
+//! periods `< f` are past their grace period for sections.
 //!
-//! Why a section never sees a record after the drain that covers it: the
-//! writer's flips of `seq` that unlinked the record precede its `SeqCst`
-//! fence X; the reader's increment R precedes its `SeqCst` load L of `seq`.
-//! If the writer's counter load missed R, then X precedes R in the single
-//! order S (C++20 [atomics.order] 4.3), so X precedes L, and L cannot read a
-//! `seq` older than the unlinking flips (4.2): the reader reads a version
-//! without the record. Otherwise the drain waits for the reader to close.
-//! A section that loaded an older `phase` and was counted under it after a
-//! drain of that counter completed fails the re-check and moves to the
+//! Why a section never sees a record after the drain that covers it (C++20
+//! [atomics.order] p4.4, two `SeqCst` fences): X and Y are in the single
+//! order S. If X precedes Y, the section's loads after Y see the writer's
+//! stores before X, among them the `seq` flips that unlinked the record:
+//! it reads a version without it. If Y precedes X, the writer's loads after
+//! X see the section's increment (and `used`) before Y: the drain waits
+//! for it to close. The same pair of fences orders the phase flip against
+//! the re-check: a section whose re-check misses the new phase is seen by
+//! the drain started with it. A section counted under a stale phase after
+//! that counter's drain completed fails its re-check and moves to the
 //! current phase, which is why one drain per grace period is enough.
 //!
 //! `used` keeps writers of an index whose handlers never open a section
-//! from paying for any of this: a reader sets it (`SeqCst`, before its
-//! increment) the first time; a writer that reads it false after its fence
-//! knows, by the same argument, that no section can see what it unlinked.
+//! from paying for any of this: a reader sets it before its increment the
+//! first time; a writer that reads it as 0 after X knows, by the same
+//! argument, that no section can see what it unlinked.
+//!
+//! Only fences carry the argument: loom models `SeqCst` fences but not
+//! `SeqCst` loads and stores (tokio-rs/loom#180), so the model in
+//! `tests/loom_addr_index.rs` checks exactly this code.
+
+// `pub` only for the loom model's re-export (`crate::loom_section`).
+#![cfg_attr(not(latchtree_loom), allow(unreachable_pub))]
 
 use crate::sync::{AtomicUsize, Ordering, fence};
 
@@ -61,7 +68,7 @@ struct Phase {
 }
 
 /// See the module docs.
-pub(crate) struct Sections {
+pub struct Sections {
     head: Phase,
     shards: [Shard; SHARDS],
 }
@@ -83,36 +90,50 @@ fn shard_of(sp: usize) -> usize {
 
 impl Sections {
     crate::sync::const_fn_unless_loom! {
-        pub(crate) fn new() -> Self {
+        /// No section open.
+        pub fn new() -> Self {
             Sections {
                 head: Phase {
                     phase: AtomicUsize::new(0),
                     used: AtomicUsize::new(0),
                 },
-                shards: [const { Shard([AtomicUsize::new(0), AtomicUsize::new(0)]) }; SHARDS],
+                shards: {
+                    #[cfg(not(latchtree_loom))]
+                    {
+                        [const { Shard([AtomicUsize::new(0), AtomicUsize::new(0)]) }; SHARDS]
+                    }
+                    #[cfg(latchtree_loom)]
+                    {
+                        core::array::from_fn(|_| Shard([AtomicUsize::new(0), AtomicUsize::new(0)]))
+                    }
+                },
             }
         }
     }
 
     /// Opens a section; returns the counter to close it with
-    /// ([`Sections::exit`]). Async-signal-safe: two atomic RMWs and three
-    /// loads, retried only if a writer flipped the phase in between (at
-    /// most once per concurrent write; never when interrupting the writer).
+    /// ([`Sections::exit`]). Async-signal-safe: an atomic RMW, a fence and
+    /// three loads, retried only if a writer flipped the phase in between
+    /// (at most once per concurrent write; never when interrupting the
+    /// writer).
     #[inline]
-    pub(crate) fn enter(&self) -> &AtomicUsize {
-        // SeqCst load and store: see the module docs (`used`).
-        if self.head.used.load(Ordering::SeqCst) == 0 {
-            self.head.used.store(1, Ordering::SeqCst);
+    pub fn enter(&self) -> &AtomicUsize {
+        // Relaxed: ordered before the writer's check by the fence below.
+        if self.head.used.load(Ordering::Relaxed) == 0 {
+            self.head.used.store(1, Ordering::Relaxed);
         }
         let marker = 0u8;
         let shard = &self.shards[shard_of(core::ptr::addr_of!(marker).addr())];
         loop {
-            // SeqCst: the re-check below and the writer's fence (module docs).
-            let p = self.head.phase.load(Ordering::SeqCst);
+            // Relaxed: re-checked after the fence.
+            let p = self.head.phase.load(Ordering::Relaxed);
             let count = &shard.0[p & 1];
-            // SeqCst: R in the module docs' argument.
-            count.fetch_add(1, Ordering::SeqCst);
-            if self.head.phase.load(Ordering::SeqCst) == p {
+            // Relaxed: ordered by the fence below.
+            count.fetch_add(1, Ordering::Relaxed);
+            // SeqCst: Y in the module docs; pairs with the writer's fences.
+            fence(Ordering::SeqCst);
+            // Relaxed: after Y (module docs).
+            if self.head.phase.load(Ordering::Relaxed) == p {
                 return count;
             }
             // Release: as in `exit` (nothing was read under this count).
@@ -123,7 +144,7 @@ impl Sections {
 
     /// Closes a section opened by [`enter`](Sections::enter).
     #[inline]
-    pub(crate) fn exit(count: &AtomicUsize) {
+    pub fn exit(count: &AtomicUsize) {
         // Release: pairs with the writer's Acquire fence after it reads the
         // sum as 0: every read of the section happens before the free.
         count.fetch_sub(1, Ordering::Release);
@@ -141,7 +162,7 @@ impl Sections {
 
 /// The writer's side of [`Sections`] (under the writer lock).
 #[derive(Debug, Default)]
-pub(crate) struct SectionClock {
+pub struct SectionClock {
     /// The period at whose start the running drain flipped the phase.
     draining: Option<u64>,
     /// Every period up to this one is past its grace period for sections.
@@ -149,7 +170,8 @@ pub(crate) struct SectionClock {
 }
 
 impl SectionClock {
-    pub(crate) const fn new() -> Self {
+    /// No drain running, nothing known past.
+    pub const fn new() -> Self {
         SectionClock {
             draining: None,
             passed: 0,
@@ -161,7 +183,7 @@ impl SectionClock {
     /// period if it can, never waiting; returns the latest period no open
     /// section can still see the retirements of. Only polls when `waiting`
     /// (items retired after what is known to be past wait).
-    pub(crate) fn poll(&mut self, s: &Sections, period: u64, waiting: bool) -> u64 {
+    pub fn poll(&mut self, s: &Sections, period: u64, waiting: bool) -> u64 {
         let before = period - 1;
         if !waiting || self.passed >= before {
             return self.passed;
@@ -170,8 +192,8 @@ impl SectionClock {
         // flips of every earlier period (their locks were released before
         // this one was taken).
         fence(Ordering::SeqCst);
-        // SeqCst: see the module docs (`used`).
-        if s.head.used.load(Ordering::SeqCst) == 0 && self.draining.is_none() {
+        // Relaxed: after X (module docs, `used`).
+        if s.head.used.load(Ordering::Relaxed) == 0 && self.draining.is_none() {
             self.passed = before;
             return self.passed;
         }
@@ -190,9 +212,9 @@ impl SectionClock {
             self.draining = None;
         }
         if self.draining.is_none() && self.passed < before {
-            // SeqCst: a section's re-check that reads the old phase is
-            // before this store in S, so its count is seen below.
-            s.head.phase.store(phase.wrapping_add(1), Ordering::SeqCst);
+            // Relaxed: ordered against sections' re-checks by the fence
+            // below and theirs (module docs).
+            s.head.phase.store(phase.wrapping_add(1), Ordering::Relaxed);
             // SeqCst: X again, for the drain started now.
             fence(Ordering::SeqCst);
             if s.open(parity(phase)) == 0 {

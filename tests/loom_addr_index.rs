@@ -94,7 +94,7 @@ fn set_value_is_never_a_miss_nor_a_mix() {
                 "value and tag of different versions"
             );
         });
-        assert_eq!(*index.set_value(id, 2, 2).unwrap(), 1);
+        assert_eq!(**index.set_value(id, 2, 2).unwrap().value(), 1);
         r.join().unwrap();
         index.check_invariants().unwrap();
         index.stats().read_retries
@@ -155,5 +155,62 @@ fn rebuild_races_lookup() {
         // (No `check_invariants` here: its loads on 4 nodes exceed loom's
         // branch budget; the native tests check every rebuild.)
         index.stats().read_retries
+    });
+}
+
+/// Read section vs retire (issue 18): two handler sections read the linked
+/// record while the writer unlinks record 1, then record 2 (each unlink is
+/// a store to `current`, as the latch's flips), freeing each once its
+/// section clock says every section open at the unlink has closed. A
+/// section must never find the record it read freed. With the
+/// `section_no_wait` defect the clock says so at once, and loom finds a
+/// section reading a freed record.
+#[test]
+fn a_handler_section_never_reads_a_freed_record() {
+    use latchtree::loom_section::{SectionClock, Sections};
+    use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering::*};
+    model(|| {
+        let s = Arc::new(Sections::new());
+        let current = Arc::new(AtomicUsize::new(1));
+        let freed = Arc::new([
+            AtomicBool::new(false),
+            AtomicBool::new(false),
+            AtomicBool::new(false),
+        ]);
+        let handlers: Vec<_> = (0..2)
+            .map(|_| {
+                let (s, current, freed) = (s.clone(), current.clone(), freed.clone());
+                thread::spawn(move || {
+                    let count = s.enter();
+                    // Acquire: the section's read of the latch's `seq`.
+                    let record = current.load(Acquire);
+                    // Relaxed: the free must happen after this read, not
+                    // race it.
+                    assert!(
+                        !freed[record - 1].load(Relaxed),
+                        "a handler section read a freed record"
+                    );
+                    Sections::exit(count);
+                })
+            })
+            .collect();
+        let mut clock = SectionClock::new();
+        let mut period = 1;
+        let mut polls = 0;
+        for record in 1..=2 {
+            // Period `record` unlinks it (Release: as the latch's flips).
+            current.store(record + 1, Release);
+            period += 1;
+            while clock.poll(&s, period, true) < period - 1 {
+                polls += 1;
+                period += 1;
+                thread::yield_now();
+            }
+            freed[record - 1].store(true, Relaxed);
+        }
+        for h in handlers {
+            h.join().unwrap();
+        }
+        polls
     });
 }

@@ -15,9 +15,10 @@ use core::fmt;
 /// **Async-signal-safe**, like [`lookup`](AddrIndex::lookup): opening,
 /// reading and closing take no lock, pin no epoch, touch no thread-local
 /// and allocate nothing; they never wait for a writer, not even one the
-/// handler interrupted on its own thread. Opening and closing cost two
-/// atomic read-modify-writes on a cache line shared with the other threads
-/// of one of 16 shards.
+/// handler interrupted on its own thread. Opening costs an atomic
+/// read-modify-write and a `SeqCst` fence, closing one more
+/// read-modify-write, on a cache line shared only with the threads of one
+/// of 16 shards.
 ///
 /// While a section is open, no value it could have seen is dropped by the
 /// index: a value removed or replaced while sections are open is dropped
@@ -107,8 +108,8 @@ impl<T> HandlerSection<'_, T> {
         let index = self.index;
         // Every pointer a reader can load from the tree points into the slab (type-stable, freed
         // with the index, which `&self` borrows).
-        // SAFETY: so `read_in_section`'s contract holds.
-        let (raw, record) = unsafe { index.tree.read_in_section(|view| index.find(view, addr)) }?;
+        // SAFETY: so `read`'s contract holds.
+        let (raw, record) = unsafe { index.tree.read(|view| index.find(view, addr)) }?;
         // SAFETY: validated by the read, after the section opened.
         let value = &*unsafe { self.record(record) }.value;
         Some(Hit { raw, value })
@@ -131,7 +132,7 @@ impl<T> HandlerSection<'_, T> {
         let index = self.index;
         // SAFETY: as in `lookup`.
         let found = unsafe {
-            index.tree.read_in_section(|view| {
+            index.tree.read(|view| {
                 AddrIndex::find_many(view, addrs, |n: &Node<T>| {
                     // Relaxed: validated by the latch, like every field.
                     (raw_hit(n), n.module.load(Ordering::Relaxed))
@@ -159,11 +160,11 @@ impl<T> HandlerSection<'_, T> {
         let index = self.index;
         // The table arrays a reader can load are retired through the index's limbo like records, so
         // they outlive this section; the tree's own words are type-stable.
-        // SAFETY: so `read_in_section`'s contract holds.
+        // SAFETY: so `read`'s contract holds.
         let record = unsafe {
             index
                 .tree
-                .read_in_section(|view| Some(index.tables[view.copy()].find(id.0)))
+                .read(|view| Some(index.tables[view.copy()].find(id.0)))
         };
         // SAFETY: validated by the read, after the section opened.
         (!record.is_null()).then(|| &*unsafe { self.record(record) }.value)

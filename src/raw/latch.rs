@@ -86,29 +86,13 @@ impl Latch {
     /// to, so that a cursor can go on reading that version and validate
     /// each later step with [`Latch::unchanged`].
     #[inline]
-    pub(crate) fn read_versioned<R>(&self, attempt: impl FnMut(usize) -> Option<R>) -> (R, u64) {
-        self.read_ordered(Ordering::Acquire, attempt)
-    }
-
-    /// [`Latch::read`] whose loads of `seq` before each attempt are
-    /// `SeqCst`: for a handler section (`crate::section`), whose argument
-    /// needs the first one in the single total order.
-    #[inline]
-    pub(crate) fn read_in_section<R>(&self, attempt: impl FnMut(usize) -> Option<R>) -> R {
-        self.read_ordered(Ordering::SeqCst, attempt).0
-    }
-
-    /// The read loop; `first` is `Acquire` or `SeqCst` (a constant once
-    /// inlined).
-    #[inline(always)]
-    fn read_ordered<R>(
+    pub(crate) fn read_versioned<R>(
         &self,
-        first: Ordering,
         mut attempt: impl FnMut(usize) -> Option<R>,
     ) -> (R, u64) {
         loop {
-            // Acquire (at least): pairs with the Release store in `flip`.
-            let s = self.seq.load(first);
+            // Acquire: pairs with the Release store in `flip`.
+            let s = self.seq.load(Ordering::Acquire);
             let result = attempt((s & 1) as usize);
             if let Some(r) = result
                 && self.unchanged(s)

@@ -236,34 +236,15 @@ impl<N: Linked, W> RawTree<N, W> {
         &'g self,
         mut attempt: impl FnMut(View<'g, N>) -> Option<R>,
     ) -> R {
-        self.shared.latch.read(|copy| attempt(self.view(copy)))
-    }
-
-    /// Copy `copy`'s view, for a read.
-    #[inline(always)]
-    fn view(&self, copy: usize) -> View<'_, N> {
-        let h = &self.shared.heads[copy];
-        View {
-            root: &h.root,
-            len: &h.len,
-            descent: &h.descent,
-            copy,
-        }
-    }
-
-    /// [`RawTree::read`] inside a handler section: the latch's `seq` is
-    /// loaded `SeqCst` (`crate::section`).
-    ///
-    /// # Safety
-    /// As for [`RawTree::read`].
-    #[inline]
-    pub(crate) unsafe fn read_in_section<'g, R>(
-        &'g self,
-        mut attempt: impl FnMut(View<'g, N>) -> Option<R>,
-    ) -> R {
-        self.shared
-            .latch
-            .read_in_section(|copy| attempt(self.view(copy)))
+        let s = &self.shared;
+        s.latch.read(|copy| {
+            attempt(View {
+                root: &s.heads[copy].root,
+                len: &s.heads[copy].len,
+                descent: &s.heads[copy].descent,
+                copy,
+            })
+        })
     }
 
     /// The number of nodes, read consistently through the latch.
