@@ -111,8 +111,9 @@ pub use crossbeam_epoch::{Collector, Guard, LocalHandle};
 pub use latch_tree::{Batch, Iter, Keys, LatchTree, Range, UnsortedInput, Values};
 #[cfg(all(feature = "objects", target_os = "linux", target_pointer_width = "64"))]
 pub use objects::{
-    BuildId, LoadCounters, LoadSegment, LoadedObjects, NoteError, ObjectHit, ObjectInfo,
-    ObjectKind, ObjectRef, Problem, ProblemKind, Refresh,
+    BuildId, HandlerObject, LoadCounters, LoadSegment, LoadedObjects, NoteError, ObjectHit,
+    ObjectInfo, ObjectKind, ObjectRef, ObjectsSection, Problem, ProblemKind, Refresh,
+    UnindexedObject,
 };
 pub use reclaim::{pin, swallowed_drop_panics};
 pub use stats::Stats;

@@ -149,7 +149,7 @@ mod linux {
             ),
             (
                 "LoadedObjects::lookup",
-                code_address(LoadedObjects::lookup as *const ()),
+                code_address(LoadedObjects::<()>::lookup as *const ()),
             ),
             ("libc::malloc", code_address(libc::malloc as *const ())),
             ("libc::getpid", code_address(libc::getpid as *const ())),

@@ -3,7 +3,7 @@
 
 use super::note::BuildId;
 use super::problem::ProblemKind;
-use super::scan::Scanned;
+use super::scan::{Scanned, Unwind};
 use core::ops::Range;
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
@@ -131,6 +131,7 @@ pub struct ObjectInfo {
     pub(crate) bias: u64,
     pub(crate) segments: Box<[LoadSegment]>,
     pub(crate) build_id: Option<BuildId>,
+    pub(crate) unwind: Unwind,
 }
 
 impl ObjectInfo {
@@ -198,6 +199,42 @@ impl ObjectInfo {
         self.build_id.as_ref()
     }
 
+    /// Where the object's `.eh_frame_hdr` is mapped (its `PT_GNU_EH_FRAME`
+    /// segment, at run-time addresses), if it has one inside a readable
+    /// loaded segment: what a DWARF unwinder (or `_dl_find_object`'s
+    /// `dlfo_eh_frame`) starts from. Read from the program headers in
+    /// memory, so the vDSO has it too.
+    ///
+    /// ```
+    /// let objects = latchtree::LoadedObjects::new();
+    /// objects.refresh();
+    /// let hit = objects.lookup(main as *const () as u64).unwrap();
+    /// let info = objects.object(hit.id()).unwrap().info().clone();
+    /// let hdr = info.eh_frame_hdr().expect("Rust programs have unwind tables");
+    /// assert!(info.image().start <= hdr.start && hdr.end <= info.image().end);
+    /// // SAFETY (of the example): the range is mapped and readable while the object is loaded.
+    /// let version = unsafe { *(hdr.start as *const u8) };
+    /// assert_eq!(version, 1, "eh_frame_hdr version 1");
+    /// ```
+    pub fn eh_frame_hdr(&self) -> Option<Range<u64>> {
+        self.unwind.eh_frame_hdr.clone()
+    }
+
+    /// Where the object's `.sframe` section is mapped (its `PT_GNU_SFRAME`
+    /// segment), if it has one: SFrame stack-trace data (binutils 2.41 and
+    /// later, where the object was built with `--gsframe`).
+    pub fn sframe(&self) -> Option<Range<u64>> {
+        self.unwind.sframe.clone()
+    }
+
+    /// The object's mapped image: from its lowest `PT_LOAD` start rounded
+    /// down to a page to its highest end rounded up, at run-time addresses.
+    /// An unwinder given the image (the vDSO has no file) reads section
+    /// data from here.
+    pub fn image(&self) -> Range<u64> {
+        self.unwind.image.clone()
+    }
+
     /// The segment containing the run-time address `pc`.
     ///
     /// ```
@@ -260,6 +297,7 @@ impl ObjectInfo {
             kind,
             segments,
             build_id,
+            unwind,
             mut problems,
         } = scanned;
         let loader_name = OsString::from_vec(loader_name.into_vec());
@@ -302,6 +340,7 @@ impl ObjectInfo {
             bias,
             segments: segments.into_boxed_slice(),
             build_id,
+            unwind,
         };
         (info, problems)
     }

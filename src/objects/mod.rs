@@ -13,6 +13,8 @@
 //!   object, and the refresh that applies a scan's diff as one batch.
 
 mod diff;
+mod find;
+mod handler;
 mod info;
 mod note;
 mod problem;
@@ -20,6 +22,8 @@ mod scan;
 #[cfg(test)]
 mod tests;
 
+pub use find::UnindexedObject;
+pub use handler::{HandlerObject, ObjectsSection};
 pub use info::{LoadSegment, ObjectInfo, ObjectKind};
 pub use note::{BuildId, NoteError};
 pub use problem::{Problem, ProblemKind};
@@ -92,22 +96,31 @@ use std::sync::Arc;
 /// the `dl_iterate_phdr` pass). Do not call [`refresh`](Self::refresh) from
 /// a shared library's constructor or destructor (they run under the
 /// loader's lock, the other order) while another thread may refresh too.
-pub struct LoadedObjects {
-    index: AddrIndex<Arc<ObjectInfo>>,
-    state: Mutex<State>,
+pub struct LoadedObjects<P: 'static = ()> {
+    index: AddrIndex<Entry<P>>,
+    state: Mutex<State<P>>,
+    /// Builds an object's payload (run by `refresh`, before its write).
+    build: fn(&ObjectInfo) -> P,
+}
+
+/// What the index holds per object: its info and the user's payload.
+#[derive(Debug)]
+struct Entry<P> {
+    info: Arc<ObjectInfo>,
+    payload: P,
 }
 
 /// What a refresh needs beyond the index; guarded by `LoadedObjects::state`,
 /// which also serializes refreshes.
 #[derive(Debug)]
-struct State {
+struct State<P> {
     /// Whether a full scan has run.
     scanned: bool,
     /// The loader's counters at the last full scan.
     counters: Option<LoadCounters>,
     /// Objects removed from the index, until forgotten: what the index
     /// handed back, nothing else.
-    unloaded: BTreeMap<ModuleId, Removed<Arc<ObjectInfo>>>,
+    unloaded: BTreeMap<ModuleId, Removed<Entry<P>>>,
     /// Objects with nothing to index (no `PT_LOAD`), kept while they stay
     /// loaded so that they are reported once.
     left_out: Vec<Arc<ObjectInfo>>,
@@ -251,7 +264,7 @@ impl ObjectHit {
     }
 }
 
-impl fmt::Debug for LoadedObjects {
+impl<P: fmt::Debug> fmt::Debug for LoadedObjects<P> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LoadedObjects")
             .field("index", &self.index)
@@ -266,6 +279,9 @@ impl Default for LoadedObjects {
     }
 }
 
+/// Builds no payload.
+fn no_payload(_: &ObjectInfo) {}
+
 impl LoadedObjects {
     const_fn_unless_loom! {
         /// An empty index (nothing is scanned before the first
@@ -276,7 +292,56 @@ impl LoadedObjects {
         /// assert_eq!(OBJECTS.loaded_count(), 0);
         /// ```
         pub fn new() -> LoadedObjects {
+            LoadedObjects::with_payload(no_payload)
+        }
+    }
+
+    /// The loader's counters of objects loaded and unloaded so far, now
+    /// (one `dl_iterate_phdr` callback); `None` if the loader does not keep
+    /// them (musl).
+    ///
+    /// ```
+    /// if let Some(c) = latchtree::LoadedObjects::load_counters() {
+    ///     assert!(c.adds >= c.subs);
+    /// }
+    /// ```
+    pub fn load_counters() -> Option<LoadCounters> {
+        scan::load_counters()
+    }
+}
+
+impl<P: Send + Sync + 'static> LoadedObjects<P> {
+    const_fn_unless_loom! {
+        /// An empty index whose objects each carry a payload built by
+        /// `build` from the object's info when a refresh indexes it: an
+        /// unwinder, a symbol table, anything a signal handler needs in
+        /// place. A handler reads it through a
+        /// [`handler_section`](LoadedObjects::handler_section); it is
+        /// dropped (by a later refresh or [`forget`](LoadedObjects::forget),
+        /// on that thread) once the object is unloaded, forgotten, and no
+        /// section or guard can see it any more. `build` runs inside
+        /// `refresh`, on its thread, before the index's writer lock is
+        /// taken: it must not refresh this index.
+        ///
+        /// ```
+        /// use latchtree::{LoadedObjects, ObjectInfo};
+        ///
+        /// /// What a handler-side unwinder needs, built once per object.
+        /// struct Tables { eh_frame_hdr: Option<std::ops::Range<u64>> }
+        ///
+        /// static OBJECTS: LoadedObjects<Tables> =
+        ///     LoadedObjects::with_payload(|info: &ObjectInfo| Tables { eh_frame_hdr: info.eh_frame_hdr() });
+        ///
+        /// OBJECTS.refresh();
+        /// let pc = main as *const () as u64;
+        /// let section = OBJECTS.handler_section(); // in a signal handler
+        /// let object = section.lookup(pc).unwrap();
+        /// assert_eq!(object.payload().eh_frame_hdr, object.info().eh_frame_hdr());
+        /// assert!(object.payload().eh_frame_hdr.is_some());
+        /// ```
+        pub fn with_payload(build: fn(&ObjectInfo) -> P) -> LoadedObjects<P> {
             LoadedObjects {
+                    build,
                 index: AddrIndex::new(),
                 state: Mutex::new(State {
                     scanned: false,
@@ -338,6 +403,7 @@ impl LoadedObjects {
     /// assert_eq!(second.unchanged, objects.loaded_count());
     /// ```
     pub fn refresh(&self) -> Refresh {
+        find::resolve();
         let mut state = lock(&self.state);
         if state.scanned {
             let now = scan::load_counters();
@@ -354,13 +420,13 @@ impl LoadedObjects {
 
     /// The part of [`refresh`](Self::refresh) after the scan: diff, then
     /// one batch. `state` is the locked `self.state`.
-    fn apply(&self, state: &mut State, scan: Scan) -> Refresh {
+    fn apply(&self, state: &mut State<P>, scan: Scan) -> Refresh {
         let Diff { added, removed, .. } = {
             let guard = self.index.pin();
             let indexed = self
                 .index
                 .modules(&guard)
-                .map(|m| (m.value().identity(), Known::Indexed(m.id())));
+                .map(|m| (m.value().info.identity(), Known::Indexed(m.id())));
             let left_out =
                 (state.left_out.iter().enumerate()).map(|(i, o)| (o.identity(), Known::LeftOut(i)));
             diff(
@@ -431,17 +497,26 @@ impl LoadedObjects {
         let infos: Vec<(Arc<ObjectInfo>, bool)> = (new.iter())
             .map(|(info, _, quiet)| (Arc::clone(info), *quiet))
             .collect();
+        // The user's payloads, built here: no user code under the index's
+        // writer lock.
+        let new: Vec<_> = new
+            .into_iter()
+            .map(|(info, segments, _)| {
+                let payload = (self.build)(&info);
+                (Entry { info, payload }, segments)
+            })
+            .collect();
         let (removed, inserted) = self.index.write(|batch| {
-            let removed: Vec<Removed<Arc<ObjectInfo>>> =
+            let removed: Vec<Removed<Entry<P>>> =
                 gone.iter().filter_map(|&id| batch.remove(id)).collect();
-            let inserted: Vec<Result<ModuleId, InsertError<Arc<ObjectInfo>>>> = new
+            let inserted: Vec<Result<ModuleId, InsertError<Entry<P>>>> = new
                 .into_iter()
-                .map(|(info, segments, _)| {
+                .map(|(entry, segments)| {
                     let meta = ModuleMeta {
-                        base: Some(info.bias()),
+                        base: Some(entry.info.bias()),
                         tag: 0,
                     };
-                    batch.insert_module_with(segments, info, meta)
+                    batch.insert_module_with(segments, entry, meta)
                 })
                 .collect();
             (removed, inserted)
@@ -466,7 +541,7 @@ impl LoadedObjects {
         for r in removed {
             report.removed.push(ObjectRef {
                 id: r.id(),
-                info: Arc::clone(r.value()),
+                info: Arc::clone(&r.value().info),
                 loaded: false,
             });
             state.unloaded.insert(r.id(), r);
@@ -490,10 +565,10 @@ impl LoadedObjects {
     pub fn object(&self, id: ModuleId) -> Option<ObjectRef> {
         {
             let guard = self.index.pin();
-            if let Some(info) = self.index.get(id, &guard) {
+            if let Some(entry) = self.index.get(id, &guard) {
                 return Some(ObjectRef {
                     id,
-                    info: Arc::clone(info),
+                    info: Arc::clone(&entry.info),
                     loaded: true,
                 });
             }
@@ -504,7 +579,7 @@ impl LoadedObjects {
         let state = lock(&self.state);
         state.unloaded.get(&id).map(|r| ObjectRef {
             id,
-            info: Arc::clone(r.value()),
+            info: Arc::clone(&r.value().info),
             loaded: false,
         })
     }
@@ -525,12 +600,12 @@ impl LoadedObjects {
         let mut all: Vec<ObjectRef> = (self.index.modules(&guard))
             .map(|m| ObjectRef {
                 id: m.id(),
-                info: Arc::clone(m.value()),
+                info: Arc::clone(&m.value().info),
                 loaded: true,
             })
             .chain(state.unloaded.values().map(|r| ObjectRef {
                 id: r.id(),
-                info: Arc::clone(r.value()),
+                info: Arc::clone(&r.value().info),
                 loaded: false,
             }))
             .collect();
@@ -538,7 +613,10 @@ impl LoadedObjects {
         all
     }
 
-    /// Forgets an unloaded object: its id resolves to nothing from now on.
+    /// Forgets an unloaded object: its id resolves to nothing from now on,
+    /// and its info and payload are dropped (now, unless a guard or a
+    /// handler section elsewhere can still see them: then by a later
+    /// refresh that changes the index, or when the index is dropped).
     /// Returns whether it was an unloaded object not yet forgotten (a
     /// loaded object is not forgotten: `false`).
     ///
@@ -550,7 +628,12 @@ impl LoadedObjects {
     /// ```
     pub fn forget(&self, id: ModuleId) -> bool {
         let removed = lock(&self.state).unloaded.remove(&id);
-        removed.is_some()
+        let forgotten = removed.is_some();
+        drop(removed);
+        // The index's own reference to the object's info and payload goes
+        // too, unless a guard or handler section can still see it.
+        self.index.flush();
+        forgotten
     }
 
     /// Forgets every unloaded object (once no sample that names one is left
@@ -563,7 +646,10 @@ impl LoadedObjects {
     /// ```
     pub fn forget_unloaded(&self) -> usize {
         let unloaded = core::mem::take(&mut lock(&self.state).unloaded);
-        unloaded.len()
+        let n = unloaded.len();
+        drop(unloaded);
+        self.index.flush(); // as in `forget`
+        n
     }
 
     /// How many objects are indexed (loaded at the last refresh).
@@ -584,19 +670,6 @@ impl LoadedObjects {
     /// ```
     pub fn unloaded_count(&self) -> usize {
         lock(&self.state).unloaded.len()
-    }
-
-    /// The loader's counters of objects loaded and unloaded so far, now
-    /// (one `dl_iterate_phdr` callback); `None` if the loader does not keep
-    /// them (musl).
-    ///
-    /// ```
-    /// if let Some(c) = latchtree::LoadedObjects::load_counters() {
-    ///     assert!(c.adds >= c.subs);
-    /// }
-    /// ```
-    pub fn load_counters() -> Option<LoadCounters> {
-        scan::load_counters()
     }
 
     /// The underlying index's statistics (read retries of

@@ -22,6 +22,10 @@ use std::{mem, ptr, slice};
 pub(crate) const PT_LOAD: u32 = 1;
 /// `PT_NOTE`.
 pub(crate) const PT_NOTE: u32 = 4;
+/// The `.eh_frame_hdr` segment.
+pub(crate) const PT_GNU_EH_FRAME: u32 = 0x6474_e550;
+/// The `.sframe` segment (binutils 2.41 and later).
+pub(crate) const PT_GNU_SFRAME: u32 = 0x6474_e554;
 
 /// The dynamic loader's counters of objects loaded and unloaded since the
 /// process started (glibc's `dlpi_adds` and `dlpi_subs`). While neither
@@ -74,6 +78,8 @@ pub(crate) struct Landmarks {
     pub(crate) main_phdr: Option<u64>,
     /// `AT_SYSINFO_EHDR`: the vDSO's ELF header (its first `PT_LOAD`).
     pub(crate) vdso: Option<u64>,
+    /// `AT_PAGESZ`: the page size; 0: 4 KiB.
+    pub(crate) page_size: u64,
 }
 
 impl Landmarks {
@@ -88,6 +94,7 @@ impl Landmarks {
         Landmarks {
             main_phdr: aux(libc::AT_PHDR),
             vdso: aux(libc::AT_SYSINFO_EHDR),
+            page_size: aux(libc::AT_PAGESZ).unwrap_or(0),
         }
     }
 }
@@ -104,6 +111,14 @@ pub(crate) trait NoteMemory {
     unsafe fn read(&self, addr: u64, len: usize) -> Option<&[u8]>;
 }
 
+/// What an unwinder needs to find an object's unwind tables in memory.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub(crate) struct Unwind {
+    pub(crate) eh_frame_hdr: Option<Range<u64>>,
+    pub(crate) sframe: Option<Range<u64>>,
+    pub(crate) image: Range<u64>,
+}
+
 /// One object as the loader shows it, with what [`parse_object`] made of
 /// its headers.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -117,6 +132,9 @@ pub(crate) struct Scanned {
     pub(crate) segments: Vec<LoadSegment>,
     pub(crate) build_id: Option<BuildId>,
     /// What was odd about the headers and notes.
+    /// Where the unwind tables are mapped (`PT_GNU_EH_FRAME`,
+    /// `PT_GNU_SFRAME`) and the page-rounded span of the `PT_LOAD`s.
+    pub(crate) unwind: Unwind,
     pub(crate) problems: Vec<ProblemKind>,
 }
 
@@ -220,12 +238,47 @@ pub(crate) unsafe fn parse_object(
         problems.push(ProblemKind::NoBuildId);
     }
 
+    let segments = merge_overlaps(loads, &mut problems);
+    // A table counts only inside a readable loaded segment (a handler reads
+    // it from memory).
+    let table = |p_type: u32| {
+        let h = headers
+            .iter()
+            .find(|h| h.p_type == p_type && h.p_memsz > 0)?;
+        run_time(bias, h.p_vaddr, h.p_memsz).filter(|r| {
+            segments
+                .iter()
+                .any(|s| s.is_readable() && s.range.start <= r.start && r.end <= s.range.end)
+        })
+    };
+    let page = if landmarks.page_size == 0 {
+        4096
+    } else {
+        landmarks.page_size
+    };
+    let image = match (segments.first(), segments.last()) {
+        (Some(f), Some(l)) => {
+            let start = f.range.start & !(page - 1);
+            start
+                ..l.range
+                    .end
+                    .checked_next_multiple_of(page)
+                    .unwrap_or(u64::MAX)
+        }
+        _ => 0..0,
+    };
+    let unwind = Unwind {
+        eh_frame_hdr: table(PT_GNU_EH_FRAME),
+        sframe: table(PT_GNU_SFRAME),
+        image,
+    };
     Scanned {
         loader_name: loader_name.into(),
         bias,
         kind,
-        segments: merge_overlaps(loads, &mut problems),
+        segments,
         build_id,
+        unwind,
         problems,
     }
 }

@@ -6,7 +6,8 @@ use super::info::{ObjectInfo, ObjectKind};
 use super::note::{BuildId, NoteError};
 use super::problem::ProblemKind;
 use super::scan::{
-    Landmarks, NoteMemory, PT_LOAD, PT_NOTE, ProgramHeader, Scan, Scanned, parse_object,
+    Landmarks, NoteMemory, PT_GNU_EH_FRAME, PT_GNU_SFRAME, PT_LOAD, PT_NOTE, ProgramHeader, Scan,
+    Scanned, parse_object,
 };
 use super::{LoadedObjects, Refresh};
 use crate::sync::lock;
@@ -232,6 +233,7 @@ fn main_program_and_vdso_by_landmarks() {
     let marks = Landmarks {
         main_phdr: Some(0x5000_0040),
         vdso: Some(BIAS),
+        page_size: 0x1000,
     };
     let parse = |name: &[u8], bias: u64, first: bool, marks: Landmarks| {
         // SAFETY: FakeMemory's `read` is bounds-checked and sound for any
@@ -252,6 +254,34 @@ fn main_program_and_vdso_by_landmarks() {
     assert!(problems.contains(&ProblemKind::NoPath));
     let (vdso, _) = ObjectInfo::from_scan(vdso);
     assert_eq!(vdso.path(), Path::new("[vdso]"));
+}
+
+/// Unwind tables: `PT_GNU_EH_FRAME` inside a readable load segment is
+/// kept, `PT_GNU_SFRAME` outside every one is not; the image spans the
+/// loads, page-rounded.
+#[test]
+fn unwind_tables_and_image_span() {
+    let table = |p_type, vaddr, memsz| ProgramHeader {
+        p_type,
+        p_flags: 4,
+        p_offset: vaddr,
+        p_vaddr: vaddr,
+        p_filesz: memsz,
+        p_memsz: memsz,
+        p_align: 4,
+    };
+    let headers = [
+        load(0x40, 0x1000, 5),
+        load(0x3000, 0x234, 6),
+        table(PT_GNU_EH_FRAME, 0x800, 0x64),
+        table(PT_GNU_SFRAME, 0x9000, 0x10),
+    ];
+    let info = parse(&headers, Vec::new()).unwind;
+    assert_eq!(info.eh_frame_hdr, Some(BIAS + 0x800..BIAS + 0x864));
+    assert_eq!(info.sframe, None, "outside every load segment");
+    assert_eq!(info.image, BIAS..BIAS + 0x4000);
+    let none = parse(&[load(0, 0x1000, 5)], Vec::new()).unwind;
+    assert_eq!((none.eh_frame_hdr, none.sframe), (None, None));
 }
 
 // ------------------------------------------------------------- refresh

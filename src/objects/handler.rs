@@ -1,0 +1,162 @@
+//! What a signal handler reads of a loaded object in place: its info
+//! (unwind tables, image span) and the user's payload, through a handler
+//! section of the index (`crate::section`); and the loader's answer for an
+//! object no refresh has indexed yet ([`find`](super::find)).
+
+use super::find::{self, UnindexedObject};
+use super::info::ObjectInfo;
+use super::{Entry, LoadedObjects, ObjectHit};
+use crate::HandlerSection;
+use core::fmt;
+use core::ops::Range;
+
+/// An open handler read section on a [`LoadedObjects`]: async-signal-safe
+/// lookups that borrow the object's [`ObjectInfo`] and payload (see
+/// [`HandlerSection`] for the cost and the rules: keep it short).
+#[must_use = "a section protects only the lookups made through it"]
+pub struct ObjectsSection<'a, P> {
+    section: HandlerSection<'a, Entry<P>>,
+}
+
+impl<P> fmt::Debug for ObjectsSection<'_, P> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ObjectsSection").finish_non_exhaustive()
+    }
+}
+
+/// A loaded object as a handler sees it: the hit, with the object's info
+/// and payload borrowed for as long as the section is open.
+pub struct HandlerObject<'s, P> {
+    hit: ObjectHit,
+    entry: &'s Entry<P>,
+}
+
+impl<P> Clone for HandlerObject<'_, P> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<P> Copy for HandlerObject<'_, P> {}
+
+impl<P> fmt::Debug for HandlerObject<'_, P> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HandlerObject")
+            .field("hit", &self.hit)
+            .field("path", &self.entry.info.path())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'s, P> HandlerObject<'s, P> {
+    /// What [`LoadedObjects::lookup`] returns for the same pc.
+    pub fn hit(&self) -> ObjectHit {
+        self.hit
+    }
+
+    /// The object's info: path, bias, segments, build id, and the unwind
+    /// ranges below.
+    pub fn info(&self) -> &'s ObjectInfo {
+        &self.entry.info
+    }
+
+    /// The payload the index's builder made for this object
+    /// ([`LoadedObjects::with_payload`]).
+    pub fn payload(&self) -> &'s P {
+        &self.entry.payload
+    }
+
+    /// [`ObjectInfo::eh_frame_hdr`].
+    pub fn eh_frame_hdr(&self) -> Option<Range<u64>> {
+        self.entry.info.eh_frame_hdr()
+    }
+
+    /// [`ObjectInfo::sframe`].
+    pub fn sframe(&self) -> Option<Range<u64>> {
+        self.entry.info.sframe()
+    }
+
+    /// [`ObjectInfo::image`].
+    pub fn image(&self) -> Range<u64> {
+        self.entry.info.image()
+    }
+}
+
+impl<P> ObjectsSection<'_, P> {
+    /// The object containing `pc`, with its info and payload
+    /// ([`LoadedObjects::lookup`] plus what the section keeps alive).
+    /// Async-signal-safe.
+    #[inline]
+    pub fn lookup(&self, pc: u64) -> Option<HandlerObject<'_, P>> {
+        let hit = self.section.lookup(pc)?;
+        Some(HandlerObject {
+            hit: ObjectHit { raw: hit.raw(), pc },
+            entry: hit.value(),
+        })
+    }
+
+    /// [`lookup`](ObjectsSection::lookup) of `K` pcs (a stack's return
+    /// addresses) at once, from one version of the index.
+    #[inline]
+    pub fn lookup_many<const K: usize>(&self, pcs: [u64; K]) -> [Option<HandlerObject<'_, P>>; K] {
+        let hits = self.section.lookup_many(pcs);
+        core::array::from_fn(|i| {
+            hits[i].map(|h| HandlerObject {
+                hit: ObjectHit {
+                    raw: h.raw(),
+                    pc: pcs[i],
+                },
+                entry: h.value(),
+            })
+        })
+    }
+}
+
+impl<P: Send + Sync + 'static> LoadedObjects<P> {
+    /// Opens an [`ObjectsSection`]: lookups from a signal handler that
+    /// borrow the object's info and payload. Async-signal-safe.
+    ///
+    /// ```
+    /// static OBJECTS: latchtree::LoadedObjects = latchtree::LoadedObjects::new();
+    /// OBJECTS.refresh();
+    /// let section = OBJECTS.handler_section();
+    /// let object = section.lookup(main as *const () as u64).unwrap();
+    /// let image = object.image();
+    /// assert!(image.start % 4096 == 0 && image.contains(&(main as *const () as u64)));
+    /// ```
+    #[inline]
+    pub fn handler_section(&self) -> ObjectsSection<'_, P> {
+        ObjectsSection {
+            section: self.index.handler_section(),
+        }
+    }
+}
+
+impl LoadedObjects {
+    /// What the loader itself says of `pc` (glibc's `_dl_find_object`), for
+    /// a pc that [`lookup`](LoadedObjects::lookup) misses: an object mapped
+    /// but **not yet indexed** (its constructors are running inside
+    /// `dlopen`, or no refresh ran since it was loaded). Async-signal-safe
+    /// where glibc's function is (2.35 and later, which document it so);
+    /// `None` on other loaders, before the first
+    /// [`refresh`](LoadedObjects::refresh) (which looks the function up:
+    /// never `dlsym` in a handler), or if no object contains `pc`.
+    ///
+    /// It knows the mapping's span, the bias and the `.eh_frame_hdr`
+    /// address, not the segments, build id or path; the next refresh
+    /// indexes the object.
+    ///
+    /// ```
+    /// let objects = latchtree::LoadedObjects::new();
+    /// objects.refresh();
+    /// let pc = main as *const () as u64;
+    /// if let Some(o) = latchtree::LoadedObjects::unindexed(pc) {
+    ///     let hit = objects.lookup(pc).unwrap();
+    ///     assert_eq!(o.bias, hit.bias());
+    ///     assert!(o.map.contains(&pc));
+    /// }
+    /// ```
+    pub fn unindexed(pc: u64) -> Option<UnindexedObject> {
+        find::find(pc)
+    }
+}
