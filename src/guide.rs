@@ -5,11 +5,15 @@
 //!
 //! # What a signal handler may call
 //!
-//! Only [`AddrIndex::lookup`] and the accessors of the [`RawHit`] it returns
-//! (plain values, no borrow). `lookup` takes no lock, pins no epoch, touches
-//! no thread-local, allocates and frees nothing, and never waits: if the
-//! signal interrupted a writer on the very same thread, the handler reads
-//! the copy that writer is not touching and answers. Everything else —
+//! [`AddrIndex::lookup`] and [`AddrIndex::lookup_many`] and the accessors of
+//! the [`RawHit`] they return (plain values, no borrow); and a
+//! [`HandlerSection`] ([`AddrIndex::handler_section`]), whose lookups borrow
+//! the module's value in place. None of them takes a lock, pins an epoch,
+//! touches a thread-local, allocates or frees, or waits: if the signal
+//! interrupted a writer on the very same thread, the handler reads the copy
+//! that writer is not touching and answers. With the `objects` feature,
+//! `LoadedObjects::lookup`, `LoadedObjects::handler_section` and
+//! `LoadedObjects::unindexed` too. Everything else —
 //! writes, [`AddrIndex::module_address`], [`AddrIndex::get`], iteration,
 //! [`AddrIndex::pin`] — pins a crossbeam epoch (a thread-local that may
 //! allocate on first use) or takes the writer lock: normal threads only.
@@ -31,10 +35,85 @@
 //!   relative to the *range* instead, which is ambiguous for a module with
 //!   several ranges.
 //! * [`RawHit::tag`] is the module's user word, readable right in the
-//!   handler: a pointer to immutable data that outlives the module, or an
-//!   index into a table you preallocated (a JIT's trap table, say).
+//!   handler: a generation number, an index into a table you preallocated.
+//!   If it is a pointer, its pointee must outlive **every lookup that may
+//!   have returned the tag**, not just the module: nothing tells you when
+//!   handlers are done with a tag. For data a handler reads, use the
+//!   module's value through a section instead (next section).
 //!   [`RawHit::flags`] is the range's own word (e.g. an ELF segment's
 //!   `p_flags`).
+//!
+//! # Payloads a handler reads in place, and when they are freed
+//!
+//! Make what the handler needs (a trap table, an unwinder) the module's
+//! value, and read it through a [`HandlerSection`]:
+//!
+//! ```
+//! use latchtree::AddrIndex;
+//! struct TrapTable { traps: Vec<(u64, &'static str)> }
+//! static CODE: AddrIndex<TrapTable> = AddrIndex::new();
+//!
+//! fn on_trap(pc: u64) -> Option<&'static str> {
+//!     let section = CODE.handler_section(); // async-signal-safe
+//!     let hit = section.lookup(pc)?;
+//!     let at = hit.module_offset(pc);
+//!     hit.value().traps.iter().find(|t| t.0 == at).map(|t| t.1)
+//! } // the section closes here; `hit` cannot outlive it
+//! # CODE.insert(0x1000..0x2000, TrapTable { traps: vec![(4, "oob")] }).unwrap();
+//! # assert_eq!(on_trap(0x1004), Some("oob"));
+//! ```
+//!
+//! The rules, exactly:
+//!
+//! 1. A value a section's lookup returned stays alive, unchanged, until
+//!    that section is dropped (the borrow checker ties the hit to it).
+//! 2. After [`remove`](crate::AddrIndex::remove) or
+//!    [`set_value`](crate::AddrIndex::set_value) (which hands back the old value
+//!    *and* tag), the index drops its reference to the old value once every
+//!    section that was open at the removal has closed **and** every guard
+//!    pinned before it is dropped. It does so in a later write of the index,
+//!    [`flush`](crate::AddrIndex::flush), [`synchronize`](crate::AddrIndex::synchronize)
+//!    or its drop, on that thread, after its writer lock: never in a
+//!    handler, never in a reader. Writers never wait for sections;
+//!    `synchronize` does, for a caller that must know (say, before reusing
+//!    the memory a removed module's code lived in).
+//! 3. The value is freed when its last `Arc` goes: the index's, or the
+//!    caller's [`Removed`] and its clones.
+//! 4. A section left open keeps everything removed after it alive: keep
+//!    sections as short as the handler.
+//! 5. The index frees payloads, not what they describe: unmapping code or
+//!    a library is yours (or the loader's) to order after `synchronize`.
+//!
+//! # Sampling several threads with `SIGPROF`
+//!
+//! `setitimer(ITIMER_PROF)` signals whichever thread is running when the
+//! process's CPU-time timer fires: busy threads are sampled in proportion,
+//! idle ones never. For per-thread rates, give each thread its own timer:
+//! `timer_create(CLOCK_THREAD_CPUTIME_ID)` with `SIGEV_THREAD_ID` naming
+//! the thread (`gettid()`). Either way the handler needs nothing per thread:
+//! sections and lookups use no thread-local and no registration, so a
+//! thread created after the profiler started is sampled like the others.
+//!
+//! # Constructors and other objects not indexed yet
+//!
+//! `LoadedObjects` indexes what its last `refresh` saw. A library's
+//! constructors run inside `dlopen`, before any refresh can see it, so a
+//! sample taken there misses. `LoadedObjects::unindexed(pc)` asks glibc's
+//! `_dl_find_object` (2.35+, async-signal-safe, looked up at refresh time),
+//! which `dlopen` updates before it runs constructors: it gives the
+//! mapping's span, the bias (so `pc - bias` can be recorded) and the
+//! `.eh_frame_hdr` address (so an unwinder can go on). Not the path, build
+//! id or segments: those come with the next refresh. On other loaders, or
+//! before the first refresh, such a pc stays a miss.
+//!
+//! # Side by side, for this job
+//!
+//! | | signal-safe | after a `dlclose` | per-object payload | unwind info | cost per pc |
+//! |---|---|---|---|---|---|
+//! | `LoadedObjects` | yes, also interrupting its own writer | resolves by id until forgotten | yes, freed after its grace period | `.eh_frame_hdr`, `.sframe`, image span | ≈ `_dl_find_object` (README) |
+//! | glibc `_dl_find_object` | yes (2.35+) | gone | no | `dlfo_eh_frame` | the reference |
+//! | `findshlibs` | no: `dl_iterate_phdr` takes the loader's lock, so a handler that interrupts a `dlopen` deadlocks | a stale snapshot | no | no | a full walk |
+//! | `RwLock<BTreeMap>` | no: a handler that interrupts a writer on its own thread deadlocks | up to you | yes, with your own grace period | up to you | a lock |
 //!
 //! # Resolving later, even after an unload
 //!
@@ -123,12 +202,15 @@
 //!
 //! [`AddrIndex`]: crate::AddrIndex
 //! [`AddrIndex::lookup`]: crate::AddrIndex::lookup
+//! [`AddrIndex::lookup_many`]: crate::AddrIndex::lookup_many
+//! [`AddrIndex::handler_section`]: crate::AddrIndex::handler_section
+//! [`HandlerSection`]: crate::HandlerSection
+//! [`AddrIndex::remove`]: crate::AddrIndex::remove
 //! [`AddrIndex::module_address`]: crate::AddrIndex::module_address
 //! [`AddrIndex::get`]: crate::AddrIndex::get
 //! [`AddrIndex::pin`]: crate::AddrIndex::pin
 //! [`AddrIndex::new`]: crate::AddrIndex::new
 //! [`AddrIndex::module`]: crate::AddrIndex::module
-//! [`AddrIndex::remove`]: crate::AddrIndex::remove
 //! [`AddrIndex::write`]: crate::AddrIndex::write
 //! [`RawHit`]: crate::RawHit
 //! [`RawHit::module_offset`]: crate::RawHit::module_offset

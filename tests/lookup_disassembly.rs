@@ -7,7 +7,12 @@
 //! call every `#[inline]` helper). Disassembles with `llvm-objdump` (rustup's
 //! `llvm-tools`, which `.ci/run` installs) or `objdump`.
 
-#![cfg(all(not(debug_assertions), target_arch = "x86_64", target_os = "linux", not(miri)))]
+#![cfg(all(
+    not(debug_assertions),
+    target_arch = "x86_64",
+    target_os = "linux",
+    not(miri)
+))]
 
 use latchtree::{AddrIndex, RawHit};
 use std::path::PathBuf;
@@ -44,7 +49,10 @@ fn lookup_makes_no_call_touches_no_thread_local_and_makes_no_syscall() {
     latchtree_probe_lookup(0x1800, &mut out);
     assert!(out.is_some());
     let Some(tool) = objdump() else {
-        assert!(std::env::var_os("CI").is_none(), "CI must have a disassembler");
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must have a disassembler"
+        );
         eprintln!("no llvm-objdump or objdump: skipped");
         return;
     };
@@ -67,22 +75,31 @@ fn lookup_makes_no_call_touches_no_thread_local_and_makes_no_syscall() {
         .skip(1)
         .take_while(|l| !l.trim().is_empty())
         .collect();
-    assert!(body.len() > 10, "no disassembly of the probe ({tool:?}):\n{text}");
+    assert!(
+        body.len() > 10,
+        "no disassembly of the probe ({tool:?}):\n{text}"
+    );
     let bad: Vec<&&str> = body
         .iter()
-        .filter(|l| l.contains("call") || l.contains("%fs") || l.contains("syscall") || l.contains("fs:"))
+        .filter(|l| {
+            l.contains("call") || l.contains("%fs") || l.contains("syscall") || l.contains("fs:")
+        })
         .collect();
     eprintln!("lookup: {} instructions", body.len());
-    assert!(bad.is_empty(), "lookup calls, touches TLS or makes a syscall: {bad:#?}");
+    assert!(
+        bad.is_empty(),
+        "lookup calls, touches TLS or makes a syscall: {bad:#?}"
+    );
     // Stores: only to the caller's `out` (through `%rsi`, its argument) or
     // the stack frame. (The one read-modify-write is the retry statistic,
     // on the retry path only, as before sections existed.)
     let stores: Vec<&&str> = body
         .iter()
-        .filter(|l| {
-            l.contains("mov") && l.rsplit(',').next().is_some_and(|dst| dst.contains('('))
-        })
+        .filter(|l| l.contains("mov") && l.rsplit(',').next().is_some_and(|dst| dst.contains('(')))
         .filter(|l| !(l.contains("(%rsi") || l.contains("(%rsp") || l.contains("(%rbp")))
         .collect();
-    assert!(stores.is_empty(), "lookup stores to shared memory: {stores:#?}");
+    assert!(
+        stores.is_empty(),
+        "lookup stores to shared memory: {stores:#?}"
+    );
 }

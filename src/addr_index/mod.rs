@@ -81,50 +81,41 @@ struct Writer<T> {
 /// ## A JIT code registry with a trap handler
 ///
 /// The handler (here called directly; in a real program a `SIGSEGV`/`SIGILL`
-/// handler) may use only [`lookup`](AddrIndex::lookup). It reaches the
-/// module's trap table through the tag, a pointer to data that outlives the
-/// module. Tier-up swaps the code object in place: same id, same ranges, and
-/// a concurrent trap sees the old object or the new one, never neither.
+/// handler) opens a [`HandlerSection`](crate::HandlerSection) and reads the
+/// module's trap table, its value, in place. Tier-up swaps the table in
+/// place: same id, same ranges, and a concurrent trap sees the old table or
+/// the new one, never neither; the old one is freed by the index once no
+/// section can see it (`examples/jit` runs this with real traps).
 ///
 /// ```
-/// use latchtree::{AddrIndex, ModuleMeta};
+/// use latchtree::AddrIndex;
 ///
-/// /// What a trap needs to know; immutable, leaked so that it outlives
-/// /// every handler that might read it.
-/// struct TrapTable { traps: &'static [(u64, &'static str)] }
+/// /// What a trap needs to know: the module's value, read by the handler.
+/// struct TrapTable { tier: u8, traps: Vec<(u64, &'static str)> }
 ///
-/// fn trap_table(t: TrapTable) -> u64 {
-///     Box::leak(Box::new(t)) as *const TrapTable as u64
-/// }
-///
-/// /// The code objects (the value: owned by the registry, read by threads).
-/// struct Code { tier: u8 }
-///
-/// static CODE: AddrIndex<Code> = AddrIndex::new();
+/// static CODE: AddrIndex<TrapTable> = AddrIndex::new();
 ///
 /// /// The trap handler's work: async-signal-safe.
 /// fn on_trap(pc: u64) -> Option<&'static str> {
-///     let hit = CODE.lookup(pc)?;
-///     // SAFETY (of the example): tags are `TrapTable` pointers that are never freed.
-///     let table = unsafe { &*(hit.tag() as *const TrapTable) };
+///     let section = CODE.handler_section();
+///     let hit = section.lookup(pc)?;
 ///     let at = hit.module_offset(pc);
-///     table.traps.iter().find(|t| t.0 == at).map(|t| t.1)
+///     hit.value().traps.iter().find(|t| t.0 == at).map(|t| t.1)
 /// }
 ///
-/// let baseline = trap_table(TrapTable { traps: &[(0x10, "out of bounds")] });
-/// let f = CODE
-///     .insert_module_with([0x10_0000..0x10_0400], Code { tier: 0 }, ModuleMeta { base: None, tag: baseline })
-///     .unwrap();
+/// let baseline = TrapTable { tier: 0, traps: vec![(0x10, "out of bounds")] };
+/// let f = CODE.insert(0x10_0000..0x10_0400, baseline).unwrap();
 /// assert_eq!(on_trap(0x10_0010), Some("out of bounds"));
 ///
-/// // Tier-up: the optimized code traps elsewhere.
-/// let optimized = trap_table(TrapTable { traps: &[(0x20, "integer overflow")] });
-/// let old = CODE.set_value(f, Code { tier: 1 }, optimized).map_err(|e| e.to_string()).unwrap();
-/// assert_eq!(old.value().tier, 0);
+/// // Tier-up: the optimized code traps elsewhere. The old table and tag
+/// // come back.
+/// let optimized = TrapTable { tier: 1, traps: vec![(0x20, "integer overflow")] };
+/// let old = CODE.set_value(f, optimized, 1).map_err(|e| e.to_string()).unwrap();
+/// assert_eq!((old.value().tier, old.tag()), (0, 0));
 /// assert_eq!(on_trap(0x10_0020), Some("integer overflow"));
 ///
 /// // Unmapping an arena: every function in it goes, in one transaction.
-/// let g = CODE.insert(0x10_1000..0x10_1100, Code { tier: 0 }).unwrap();
+/// let g = CODE.insert(0x10_1000..0x10_1100, TrapTable { tier: 0, traps: vec![] }).unwrap();
 /// let guard = CODE.pin();
 /// let doomed: Vec<_> = CODE.overlapping(0x10_0000..0x11_0000, &guard).map(|h| h.id()).collect();
 /// drop(guard);
@@ -134,6 +125,7 @@ struct Writer<T> {
 ///         batch.remove(id);
 ///     }
 /// });
+/// CODE.synchronize(); // no handler can still read the tables: the code may go
 /// assert!(CODE.is_empty() && on_trap(0x10_0010).is_none());
 /// ```
 ///
@@ -184,18 +176,20 @@ struct Writer<T> {
 ///
 /// # What may run in a signal handler
 ///
-/// Only [`lookup`](AddrIndex::lookup), [`bounds`](AddrIndex::bounds),
-/// [`range_count`](AddrIndex::range_count),
+/// [`lookup`](AddrIndex::lookup), [`lookup_many`](AddrIndex::lookup_many),
+/// [`handler_section`](AddrIndex::handler_section) and its lookups,
+/// [`bounds`](AddrIndex::bounds), [`range_count`](AddrIndex::range_count),
 /// [`module_count`](AddrIndex::module_count) and
 /// [`is_empty`](AddrIndex::is_empty): they take no lock, pin no epoch, touch
 /// no thread-local, allocate nothing and free nothing, and a handler that
 /// interrupted a writer on its own thread still gets an answer (it reads the
-/// other copy). A handler that needs per-module data reads it through
-/// [`RawHit::tag`] (e.g. a pointer to immutable data that outlives the
-/// module) and stores [`RawHit::module_offset`], not [`RawHit::offset`], to
-/// resolve a sample later. Everything else may allocate or lock:
-/// `module_address`, `get` and the other guarded reads need a pinned epoch
-/// guard (thread-local; pinning may run destructors); writes take the writer
+/// other copy). A handler that needs per-module data reads the module's
+/// value through a [`HandlerSection`](crate::HandlerSection) (the index
+/// frees a removed value only after the sections that could see it closed)
+/// and stores [`RawHit::module_offset`], not [`RawHit::offset`], to resolve
+/// a sample later. Everything else may allocate or lock: `module_address`,
+/// `get` and the other guarded reads need a pinned epoch guard
+/// (thread-local; pinning may run deferred work); writes take the writer
 /// lock and allocate.
 ///
 /// # Atomicity

@@ -72,8 +72,11 @@ pub struct ModuleMeta {
     /// The address module offsets are relative to (e.g. an ELF object's load
     /// bias). `None`: the module's lowest range start.
     pub base: Option<u64>,
-    /// A user word: a pointer to immutable data that outlives the module, an
-    /// index into a preallocated table, a generation number…
+    /// A user word: an index into a preallocated table, a generation
+    /// number… A pointer in it must outlive every lookup that may have
+    /// returned it (nothing tracks that); data a handler reads belongs in
+    /// the module's value, read through a
+    /// [`HandlerSection`](crate::HandlerSection).
     pub tag: u64,
 }
 
