@@ -123,7 +123,10 @@ impl Sections {
             self.head.used.store(1, Ordering::Relaxed);
         }
         let marker = 0u8;
-        let shard = &self.shards[shard_of(core::ptr::addr_of!(marker).addr())];
+        // Under loom one shard: a stack address differs between explored
+        // executions, and a model must be deterministic.
+        let sp = if cfg!(latchtree_loom) { 0 } else { core::ptr::addr_of!(marker).addr() };
+        let shard = &self.shards[shard_of(sp)];
         loop {
             // Relaxed: re-checked after the fence.
             let p = self.head.phase.load(Ordering::Relaxed);
