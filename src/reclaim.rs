@@ -571,6 +571,12 @@ impl<T> Limbo<T> {
         None
     }
 
+    /// Whether the oldest waiting item is past the epoch's grace period
+    /// (so that `begin`'s `also` decides whether it is due).
+    pub(crate) fn epoch_due(&self) -> bool {
+        self.oldest().is_some_and(|p| p <= self.passed())
+    }
+
     /// The period the next transaction will have.
     pub(crate) fn next_period(&self) -> u64 {
         self.period + 1

@@ -476,7 +476,10 @@ impl<T: 'static> AddrIndex<T> {
             self.tree.write(
                 |txn, w| {
                     with_job(&mut |j| {
-                        let waiting = !w.limbo.is_empty();
+                        // Sections are polled only for items the epoch
+                        // already let go (never under loom, where it keeps
+                        // everything: the models stay as small as before).
+                        let waiting = w.limbo.epoch_due();
                         let period = w.limbo.next_period();
                         let sections = w.clock.poll(&self.sections, period, waiting);
                         w.limbo.begin(sections, |g| due.push(g), j);
