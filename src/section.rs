@@ -125,7 +125,11 @@ impl Sections {
         let marker = 0u8;
         // Under loom one shard: a stack address differs between explored
         // executions, and a model must be deterministic.
-        let sp = if cfg!(latchtree_loom) { 0 } else { core::ptr::addr_of!(marker).addr() };
+        let sp = if cfg!(latchtree_loom) {
+            0
+        } else {
+            core::ptr::addr_of!(marker).addr()
+        };
         let shard = &self.shards[shard_of(sp)];
         loop {
             // Relaxed: re-checked after the fence.
