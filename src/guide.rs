@@ -101,9 +101,10 @@
 //! sample taken there misses. `LoadedObjects::unindexed(pc)` asks glibc's
 //! `_dl_find_object` (2.35+, async-signal-safe, looked up at refresh time),
 //! which `dlopen` updates before it runs constructors: it gives the
-//! mapping's span, the bias (so `pc - bias` can be recorded) and the
-//! `.eh_frame_hdr` address (so an unwinder can go on). Not the path, build
-//! id or segments: those come with the next refresh. On other loaders, or
+//! mapping's span (whose start is the bias for the usual layout, so
+//! `pc - map.start` can be recorded) and the `.eh_frame_hdr` address (so an
+//! unwinder can go on). Not the path, build id or segments: those come with
+//! the next refresh. On other loaders, or
 //! before the first refresh, such a pc stays a miss.
 //!
 //! # Side by side, for this job

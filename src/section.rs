@@ -50,7 +50,7 @@
 // `pub` only for the loom model's re-export (`crate::loom_section`).
 #![cfg_attr(not(latchtree_loom), allow(unreachable_pub))]
 
-use crate::sync::{AtomicUsize, Ordering, fence};
+use crate::sync::{AtomicU64, AtomicUsize, Ordering, fence};
 
 /// Shards of counters: sections on different threads (stacks) mostly
 /// count on different cache lines.
@@ -63,7 +63,10 @@ struct Shard([AtomicUsize; 2]);
 /// The phase word and the `used` flag that every section reads.
 #[repr(align(128))]
 struct Phase {
-    phase: AtomicUsize,
+    /// 64 bits on every target: a section's re-check compares it, and a
+    /// 32-bit counter could come back to the same value (ABA) under a
+    /// reader stalled for 2^32 writes (review).
+    phase: AtomicU64,
     used: AtomicUsize,
 }
 
@@ -94,7 +97,7 @@ impl Sections {
         pub fn new() -> Self {
             Sections {
                 head: Phase {
-                    phase: AtomicUsize::new(0),
+                    phase: AtomicU64::new(0),
                     used: AtomicUsize::new(0),
                 },
                 shards: {
@@ -113,9 +116,10 @@ impl Sections {
 
     /// Opens a section; returns the counter to close it with
     /// ([`Sections::exit`]). Async-signal-safe: an atomic RMW, a fence and
-    /// three loads, retried only if a writer flipped the phase in between
-    /// (at most once per concurrent write; never when interrupting the
-    /// writer).
+    /// three loads (and, the first time on this index, a store to `used`);
+    /// each retry, only if a writer flipped the phase in between (at most
+    /// once per concurrent write; never when interrupting the writer), adds
+    /// two RMWs, a fence and two loads.
     #[inline]
     pub fn enter(&self) -> &AtomicUsize {
         // Relaxed: ordered before the writer's check by the fence below.
@@ -134,7 +138,7 @@ impl Sections {
         loop {
             // Relaxed: re-checked after the fence.
             let p = self.head.phase.load(Ordering::Relaxed);
-            let count = &shard.0[p & 1];
+            let count = &shard.0[(p & 1) as usize];
             // Relaxed: ordered by the fence below.
             count.fetch_add(1, Ordering::Relaxed);
             // SeqCst: Y in the module docs; pairs with the writer's fences.
@@ -209,7 +213,7 @@ impl SectionClock {
             self.passed = before;
             return self.passed;
         }
-        let parity = |p: usize| p & 1;
+        let parity = |p: u64| (p & 1) as usize;
         // Relaxed: the phase is written only by writers, under the lock.
         let phase = s.head.phase.load(Ordering::Relaxed);
         if let Some(f) = self.draining

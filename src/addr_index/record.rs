@@ -26,9 +26,10 @@
 //! lock) and moved into the index's limbo by the next write
 //! ([`Table::take_replaced`]), which frees it once its grace period passed,
 //! like a record. No `Box` or `&mut` is ever made again for
-//! a published array: readers hold `&Array` to it. Only pinned readers (and
-//! the writer) read arrays; the signal-safe `module_count` reads only the
-//! count. Readers bound every probe by the array's own length, which is
+//! a published array: readers hold `&Array` to it. Only pinned readers,
+//! handler sections (`HandlerSection::get`: the sections' grace period
+//! covers arrays like records) and the writer read arrays; the signal-safe
+//! `lookup` and `module_count` read none. Readers bound every probe by the array's own length, which is
 //! immutable, so a torn `(array, len)` pair cannot take them out of bounds.
 //! Both tables have the same capacity after every transaction, at most four
 //! times what the used slots need.
@@ -190,7 +191,8 @@ impl<T> Table<T> {
         }
     }
 
-    /// The array's slots, or none. Pinned readers and the writer.
+    /// The array's slots, or none. Pinned readers, handler sections and the
+    /// writer.
     #[inline]
     fn slots(&self) -> &[Slot<T>] {
         // Acquire: pairs with the Release swap in `replace_array`, so the

@@ -415,12 +415,16 @@ impl<P: Send + Sync + 'static> LoadedObjects<P> {
                 };
             }
         }
-        self.apply(&mut state, scan::scan())
+        let mut rejected = Vec::new();
+        let report = self.apply(&mut state, scan::scan(), &mut rejected);
+        drop(state);
+        drop(rejected);
+        report
     }
 
     /// The part of [`refresh`](Self::refresh) after the scan: diff, then
     /// one batch. `state` is the locked `self.state`.
-    fn apply(&self, state: &mut State<P>, scan: Scan) -> Refresh {
+    fn apply(&self, state: &mut State<P>, scan: Scan, rejected: &mut Vec<Entry<P>>) -> Refresh {
         let Diff { added, removed, .. } = {
             let guard = self.index.pin();
             let indexed = self
@@ -530,7 +534,10 @@ impl<P: Send + Sync + 'static> LoadedObjects<P> {
                     loaded: true,
                 }),
                 Err(e) => {
-                    let (error, _) = e.into_parts();
+                    let (error, entry) = e.into_parts();
+                    // Its payload's `Drop` is user code: after `state`'s
+                    // lock (review), by the caller of `apply`.
+                    rejected.push(entry);
                     if !quiet {
                         (report.problems).push(Problem::of(&info, ProblemKind::Rejected(error)));
                     }

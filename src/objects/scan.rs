@@ -131,10 +131,10 @@ pub(crate) struct Scanned {
     /// The non-empty `PT_LOAD` segments, sorted, overlaps merged.
     pub(crate) segments: Vec<LoadSegment>,
     pub(crate) build_id: Option<BuildId>,
-    /// What was odd about the headers and notes.
     /// Where the unwind tables are mapped (`PT_GNU_EH_FRAME`,
     /// `PT_GNU_SFRAME`) and the page-rounded span of the `PT_LOAD`s.
     pub(crate) unwind: Unwind,
+    /// What was odd about the headers and notes.
     pub(crate) problems: Vec<ProblemKind>,
 }
 

@@ -292,7 +292,7 @@ fn apply(objects: &LoadedObjects, scanned: &[&Scanned]) -> Refresh {
         objects: scanned.iter().map(|&s| s.clone()).collect(),
         counters: None,
     };
-    objects.apply(&mut lock(&objects.state), scan)
+    objects.apply(&mut lock(&objects.state), scan, &mut Vec::new())
 }
 
 /// `(path, problem)` pairs of a refresh, the files' absence aside (none of
