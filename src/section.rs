@@ -156,8 +156,9 @@ impl Sections {
     /// Closes a section opened by [`enter`](Sections::enter).
     #[inline]
     pub fn exit(count: &AtomicUsize) {
-        // Release: pairs with the writer's Acquire fence after it reads the
-        // sum as 0: every read of the section happens before the free.
+        // Release: pairs with the writer's Acquire loads of the counters
+        // (`Sections::open`): every read of the section happens before the
+        // free.
         count.fetch_sub(1, Ordering::Release);
     }
 
@@ -165,8 +166,12 @@ impl Sections {
     fn open(&self, parity: usize) -> usize {
         self.shards
             .iter()
-            // Relaxed: ordered by the fences in `SectionClock::poll`.
-            .map(|s| s.0[parity].load(Ordering::Relaxed))
+            // Acquire: pairs with the Release decrement in `exit`: a sum of
+            // 0 read here happens after every read of the sections that
+            // closed (their frees come after). The SC fences in `poll` give
+            // the rest; the Acquire load, not a fence, is what
+            // ThreadSanitizer (which ignores fences) also sees.
+            .map(|s| s.0[parity].load(Ordering::Acquire))
             .fold(0, usize::wrapping_add)
     }
 }
@@ -234,9 +239,6 @@ impl SectionClock {
                 self.draining = Some(period);
             }
         }
-        // Acquire: pairs with the Release decrements of the sections whose
-        // close made a sum read 0 above.
-        fence(Ordering::Acquire);
         self.passed
     }
 }
