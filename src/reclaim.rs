@@ -377,6 +377,26 @@ pub(crate) struct Job {
     announce: Option<(std::sync::Arc<crate::sync::AtomicU64>, u64)>,
 }
 
+/// A write's limbo job, set by its body or its release hook (both may: they
+/// share it) and run after the lock by its owner's `Drop`, also when the
+/// body panics.
+#[derive(Default)]
+pub(crate) struct JobSlot(Cell<Option<Job>>);
+
+impl JobSlot {
+    /// Lets `f` set or widen the job.
+    pub(crate) fn with(&self, f: impl FnOnce(&mut Option<Job>)) {
+        let mut j = self.0.take();
+        f(&mut j);
+        self.0.set(j);
+    }
+
+    /// Takes the job, to run it.
+    pub(crate) fn take(&self) -> Option<Job> {
+        self.0.take()
+    }
+}
+
 impl Job {
     /// Makes an announcing job cover `period` (later than what it covers);
     /// false for a job that only flushes.

@@ -28,7 +28,7 @@ use super::slab::Fields;
 use super::types::{ModuleId, ModuleMeta, RawHit, Removed, Segment, Segments};
 use super::{AddrIndex, Ending, Node, Writer};
 use crate::raw::{Dir, Slot, Txn};
-use crate::reclaim::{Job, WriterScope};
+use crate::reclaim::{JobSlot, WriterScope};
 use crate::sync::Ordering;
 use core::cell::Cell;
 use core::fmt;
@@ -425,7 +425,7 @@ fn fields<T>(r: &Record<T>, s: &Segment) -> Fields<Record<T>> {
 struct Reclaiming<'a, T: 'static> {
     index: &'a AddrIndex<T>,
     due: Vec<Garbage<T>>,
-    job: Cell<Option<Job>>,
+    job: JobSlot,
 }
 
 impl<T: 'static> Drop for Reclaiming<'_, T> {
@@ -456,7 +456,7 @@ impl<T: 'static> AddrIndex<T> {
         let mut reclaiming = Reclaiming {
             index: self,
             due: Vec::new(),
-            job: Cell::new(None),
+            job: JobSlot::default(),
         };
         let r = {
             // From before the lock until after it: a deferred destructor that
@@ -468,14 +468,9 @@ impl<T: 'static> AddrIndex<T> {
             let Reclaiming { due, job, .. } = &mut reclaiming;
             // The body and the release hook share the job through the cell.
             let job = &*job;
-            let with_job = |f: &mut dyn FnMut(&mut Option<Job>)| {
-                let mut j = job.take();
-                f(&mut j);
-                job.set(j);
-            };
             self.tree.write(
                 |txn, w| {
-                    with_job(&mut |j| {
+                    job.with(|j| {
                         // Sections are polled only for items the epoch
                         // already let go (never under loom, where it keeps
                         // everything: the models stay as small as before).
@@ -501,7 +496,7 @@ impl<T: 'static> AddrIndex<T> {
                         Ending::Rollback => &mut w.created,
                     };
                     if !records.is_empty() {
-                        with_job(&mut |j| {
+                        job.with(|j| {
                             for rec in records.drain(..) {
                                 w.limbo.retire(Garbage::Record(rec), j);
                             }

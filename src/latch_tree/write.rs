@@ -9,9 +9,8 @@
 
 use super::{Batch, LatchTree, Node, Shells, Writer, entry};
 use crate::raw::{Dir, Txn};
-use crate::reclaim::{Job, WriterScope, in_writer_scope, postpone_drop};
+use crate::reclaim::{JobSlot, WriterScope, in_writer_scope, postpone_drop};
 use core::borrow::Borrow;
-use core::cell::Cell;
 use core::ptr::{self, NonNull};
 use crossbeam_epoch::Guard;
 
@@ -240,7 +239,7 @@ impl<K: Ord + Send + 'static, V: Send + 'static> LatchTree<K, V> {
         let mut reclaiming = Reclaiming {
             tree: self,
             due: ptr::null_mut(),
-            job: Cell::new(None),
+            job: JobSlot::default(),
         };
         let r = {
             let _scope = WriterScope::enter();
@@ -249,18 +248,13 @@ impl<K: Ord + Send + 'static, V: Send + 'static> LatchTree<K, V> {
             // it through the cell, which `reclaiming` owns (so the job runs
             // even if the body panics).
             let job = &*job;
-            let with_job = |f: &mut dyn FnMut(&mut Option<Job>)| {
-                let mut j = job.take();
-                f(&mut j);
-                job.set(j);
-            };
             self.raw.write(
                 |txn, w| {
-                    with_job(&mut |j| w.limbo.begin(u64::MAX, |node| push_due(due, node), j));
+                    job.with(|j| w.limbo.begin(u64::MAX, |node| push_due(due, node), j));
                     body(txn, w)
                 },
                 |_, _, _| {},
-                |w, node| with_job(&mut |j| w.limbo.retire(node, j)),
+                |w, node| job.with(|j| w.limbo.retire(node, j)),
             )
         };
         (r, !reclaiming.due.is_null())
@@ -338,7 +332,7 @@ fn push_due<K, V>(due: &mut *mut Node<K, V>, node: NonNull<Node<K, V>>) {
 struct Reclaiming<'a, K, V> {
     tree: &'a LatchTree<K, V>,
     due: *mut Node<K, V>,
-    job: Cell<Option<Job>>,
+    job: JobSlot,
 }
 
 impl<K, V> Drop for Reclaiming<'_, K, V> {
