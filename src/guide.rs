@@ -90,9 +90,15 @@
 //! process's CPU-time timer fires: busy threads are sampled in proportion,
 //! idle ones never. For per-thread rates, give each thread its own timer:
 //! `timer_create(CLOCK_THREAD_CPUTIME_ID)` with `SIGEV_THREAD_ID` naming
-//! the thread (`gettid()`). Either way the handler needs nothing per thread:
+//! the thread (`gettid()`). Either way the index needs nothing per thread:
 //! sections and lookups use no thread-local and no registration, so a
 //! thread created after the profiler started is sampled like the others.
+//! A handler that keeps state of its own per thread (an unwinder's rule
+//! cache, where the stack ends) can have the timer carry it: a pointer in
+//! `sigev_value` arrives as the signal's `si_value`, no thread-local needed.
+//! Keep what it points to alive until the handler is uninstalled, since a
+//! last signal may still be pending when the timer is deleted
+//! (`examples/profile/sampler.rs` does all of this).
 //!
 //! # Constructors and other objects not indexed yet
 //!

@@ -1,17 +1,18 @@
 //! `profile`: a sampling profiler built on [`latchtree::LoadedObjects`].
 //!
-//! A `SIGPROF` timer fires every millisecond of CPU time; the handler reads
-//! the interrupted pc from its `ucontext` and records
-//! `(object id, link-time address)` from the async-signal-safe
-//! [`LoadedObjects::lookup`](latchtree::LoadedObjects::lookup) into a
-//! preallocated lock-free ring. Meanwhile the program runs its own code,
-//! `dlopen`s zlib and burns CPU in it, `dlclose`s it, and runs its own code
-//! again. Afterwards every sample is symbolized with blazesym from the
-//! object's file, matched by build id — also those of the library that is
-//! gone by then.
+//! Each of two threads has a timer that sends it `SIGPROF` every
+//! millisecond of its CPU time; the handler unwinds the interrupted stack
+//! to its root with framehop (no allocation), each frame's object and
+//! unwinder found through the index's handler section, and records the
+//! frames as `(object id, link-time address)` into a preallocated lock-free
+//! ring. Meanwhile the main thread runs its own code, `dlopen`s zlib and
+//! burns CPU in it, `dlclose`s it, and runs its own code again; a worker
+//! burns CPU throughout. Afterwards every frame is symbolized with blazesym
+//! from the object's file, matched by build id — also those of the library
+//! that is gone by then — and drawn as a flame graph with inferno.
 //!
 //! ```text
-//! cargo run --release -p latchtree-profile
+//! cargo run --release -p latchtree-profile [-- OUT.svg]   # default: profile.svg
 //! ```
 //!
 //! Linux, x86_64 or aarch64.
@@ -23,6 +24,7 @@
 ))]
 #[path = "."]
 mod linux {
+    pub(crate) mod alloc_count;
     #[path = "../shared/dl_error.rs"]
     mod dl_error;
     mod ring;
@@ -32,6 +34,9 @@ mod linux {
     mod sigprof;
     mod symbols;
     mod workload;
+
+    #[global_allocator]
+    static ALLOCATOR: alloc_count::Counting = alloc_count::Counting;
 }
 
 #[cfg(not(all(
@@ -47,28 +52,43 @@ fn main() {
     any(target_arch = "x86_64", target_arch = "aarch64")
 ))]
 fn main() -> std::process::ExitCode {
-    match linux::session::run(300, std::time::Duration::from_secs(5)) {
-        Ok(outcome) => {
-            println!(
-                "\n== Top functions ({} samples, {} dropped)",
-                outcome.profile.total, outcome.dropped
-            );
-            outcome.profile.print(12);
-            println!("\n== Symbol sources");
-            for line in &outcome.profile.sources {
-                println!("  {line}");
-            }
-            if !outcome.library_unmapped {
-                println!(
-                    "\nnote: {} was loaded before this program opened it, so dlclose did not unmap it",
-                    outcome.library
-                );
-            }
-            std::process::ExitCode::SUCCESS
-        }
+    let svg = std::env::args_os()
+        .nth(1)
+        .unwrap_or_else(|| "profile.svg".into());
+    let outcome = match linux::session::run(300, std::time::Duration::from_secs(5), svg.as_ref()) {
+        Ok(outcome) => outcome,
         Err(e) => {
             eprintln!("profile: {e}");
-            std::process::ExitCode::FAILURE
+            return std::process::ExitCode::FAILURE;
         }
+    };
+    let (handled, allocations) = linux::alloc_count::counts();
+    let samples = outcome.profile.total;
+    println!(
+        "\n== {samples} stacks ({} main, {} worker; {} dropped), {:.1} frames each; \
+         allocations inside the handler: {allocations} (in {handled} signals)",
+        outcome.per_thread[0],
+        outcome.per_thread[1],
+        outcome.dropped,
+        outcome.frames as f64 / samples.max(1) as f64,
+    );
+    println!("\n== Top functions (leaf frames, {samples} samples)");
+    outcome.profile.print(12);
+    println!("\n== Symbol sources");
+    for line in &outcome.profile.sources {
+        println!("  {line}");
     }
+    println!(
+        "\n== Flame graph: {} ({} distinct stacks; folded in {})",
+        outcome.svg.display(),
+        outcome.profile.folded.len(),
+        outcome.folded.display()
+    );
+    if !outcome.library_unmapped {
+        println!(
+            "\nnote: {} was loaded before this program opened it, so dlclose did not unmap it",
+            outcome.library
+        );
+    }
+    std::process::ExitCode::SUCCESS
 }

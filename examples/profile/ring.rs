@@ -1,4 +1,5 @@
-//! A fixed-size, lock-free ring of samples that a signal handler can push to.
+//! A fixed-size, lock-free ring of stack samples that a signal handler can
+//! push to.
 //!
 //! Bounded multi-producer queue after Dmitry Vyukov's: each slot carries a
 //! sequence number that says whose turn it is. A producer claims a slot by
@@ -11,20 +12,64 @@
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
-/// One sample: the object the pc was in (`ModuleId::get`, 0 for none) and
-/// its link-time address there (the raw pc for none).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub(crate) struct Sample {
+/// The deepest stack a sample keeps (the frames nearest the leaf).
+pub(crate) const MAX_FRAMES: usize = 64;
+
+/// One frame: the object its pc was in (`ModuleId::get`, 0 for none) and
+/// the link-time address there (the raw pc for none). For a caller's frame
+/// the pc is the return address minus one: inside the call instruction.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) struct Frame {
     pub(crate) object: u64,
     pub(crate) address: u64,
+}
+
+/// A stack as the handler builds it, on its own stack: leaf first.
+#[derive(Debug)]
+pub(crate) struct Stack {
+    thread: u64,
+    len: usize,
+    frames: [Frame; MAX_FRAMES],
+}
+
+impl Stack {
+    /// An empty stack of the sampled thread `thread`.
+    pub(crate) fn new(thread: u64) -> Stack {
+        Stack {
+            thread,
+            len: 0,
+            frames: [Frame::default(); MAX_FRAMES],
+        }
+    }
+
+    /// Adds the next caller's frame; false if the stack is full.
+    pub(crate) fn push(&mut self, frame: Frame) -> bool {
+        let Some(slot) = self.frames.get_mut(self.len) else {
+            return false;
+        };
+        *slot = frame;
+        self.len += 1;
+        true
+    }
+}
+
+/// A sample as the consumer gets it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Sample {
+    /// Which sampled thread (the index it registered with).
+    pub(crate) thread: u64,
+    /// Leaf first.
+    pub(crate) frames: Vec<Frame>,
 }
 
 struct Slot {
     /// `position` when free for the producer of that position,
     /// `position + 1` once that producer has published it.
     sequence: AtomicUsize,
-    object: AtomicU64,
-    address: AtomicU64,
+    thread: AtomicU64,
+    len: AtomicUsize,
+    /// `object, address` of each frame.
+    words: [AtomicU64; 2 * MAX_FRAMES],
 }
 
 /// The ring: `N` slots, `N` a power of two.
@@ -44,8 +89,9 @@ impl<const N: usize> Ring<N> {
         let mut slots = [const {
             Slot {
                 sequence: AtomicUsize::new(0),
-                object: AtomicU64::new(0),
-                address: AtomicU64::new(0),
+                thread: AtomicU64::new(0),
+                len: AtomicUsize::new(0),
+                words: [const { AtomicU64::new(0) }; 2 * MAX_FRAMES],
             }
         }; N];
         let mut i = 0;
@@ -63,7 +109,7 @@ impl<const N: usize> Ring<N> {
 
     /// Adds a sample; async-signal-safe. Returns false (and counts it as
     /// dropped) if the ring is full.
-    pub(crate) fn push(&self, sample: Sample) -> bool {
+    pub(crate) fn push(&self, stack: &Stack) -> bool {
         let mut position = self.head.load(Ordering::Relaxed);
         loop {
             let slot = &self.slots[position & (N - 1)];
@@ -78,10 +124,14 @@ impl<const N: usize> Ring<N> {
                     Ordering::Relaxed,
                 ) {
                     Ok(_) => {
-                        slot.object.store(sample.object, Ordering::Relaxed);
-                        slot.address.store(sample.address, Ordering::Relaxed);
+                        slot.thread.store(stack.thread, Ordering::Relaxed);
+                        slot.len.store(stack.len, Ordering::Relaxed);
+                        for (words, frame) in slot.words.chunks(2).zip(&stack.frames[..stack.len]) {
+                            words[0].store(frame.object, Ordering::Relaxed);
+                            words[1].store(frame.address, Ordering::Relaxed);
+                        }
                         // Release pairs with the consumer's Acquire load of
-                        // the sequence: it sees both words.
+                        // the sequence: it sees every word.
                         slot.sequence
                             .store(position.wrapping_add(1), Ordering::Release);
                         return true;
@@ -109,9 +159,16 @@ impl<const N: usize> Ring<N> {
             if slot.sequence.load(Ordering::Acquire) != position.wrapping_add(1) {
                 break; // empty, or its producer is still writing it
             }
+            let len = slot.len.load(Ordering::Relaxed);
             out.push(Sample {
-                object: slot.object.load(Ordering::Relaxed),
-                address: slot.address.load(Ordering::Relaxed),
+                thread: slot.thread.load(Ordering::Relaxed),
+                frames: slot.words[..2 * len]
+                    .chunks(2)
+                    .map(|w| Frame {
+                        object: w[0].load(Ordering::Relaxed),
+                        address: w[1].load(Ordering::Relaxed),
+                    })
+                    .collect(),
             });
             // Release pairs with a producer's Acquire load: our reads above
             // happen before it overwrites the slot, one lap later.

@@ -1,11 +1,11 @@
-//! Symbolizes recorded `(object id, link-time address)` samples after the
-//! fact with [blazesym](https://docs.rs/blazesym) (symbol tables; Rust names
+//! Symbolizes recorded stacks of `(object id, link-time address)` frames
+//! after the fact with [blazesym](https://docs.rs/blazesym) (symbol tables; Rust names
 //! demangled with rustc-demangle): each object's file is
 //! found by build id (a separate debug file under `/usr/lib/debug/.build-id/`
 //! if one is installed) or by path, and used only if its build id is the one
 //! the object had when it was sampled.
 
-use super::ring::Sample;
+use super::ring::{Frame, Sample};
 use blazesym::symbolize::source::{Elf, Source};
 use blazesym::symbolize::{Input, Symbolizer};
 use latchtree::{LoadedObjects, ModuleId, ObjectInfo, ObjectKind};
@@ -24,13 +24,17 @@ pub(crate) struct Row {
     pub(crate) samples: usize,
 }
 
-/// A symbolized profile, hottest function first.
+/// A symbolized profile: the leaf functions, hottest first, and every
+/// stack.
 #[derive(Debug, Default)]
 pub(crate) struct Profile {
     pub(crate) rows: Vec<Row>,
     pub(crate) total: usize,
     /// Per object: where its symbols came from, or why there are none.
     pub(crate) sources: Vec<String>,
+    /// The stacks in the folded format (`thread;root;…;leaf count`, one
+    /// line each), sorted: what flame graphs are drawn from.
+    pub(crate) folded: Vec<String>,
 }
 
 impl Profile {
@@ -93,16 +97,27 @@ fn hex(bytes: &[u8]) -> String {
 }
 
 /// Symbolizes `samples`, resolving each object id through `objects` (also
-/// for objects unloaded since, until they are forgotten).
-pub(crate) fn symbolize(objects: &LoadedObjects, samples: &[Sample]) -> Profile {
+/// for objects unloaded since, until they are forgotten); `threads` names
+/// the sampled threads by index.
+pub(crate) fn symbolize<P: Send + Sync>(
+    objects: &LoadedObjects<P>,
+    samples: &[Sample],
+    threads: &[&str],
+) -> Profile {
     let mut by_object: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
-    for s in samples {
-        by_object.entry(s.object).or_default().push(s.address);
+    for frame in samples.iter().flat_map(|s| &s.frames) {
+        by_object
+            .entry(frame.object)
+            .or_default()
+            .push(frame.address);
     }
     let symbolizer = Symbolizer::new();
-    let mut counts: HashMap<(String, String, bool), usize> = HashMap::new();
+    // Per frame: function, object name, whether the object is unloaded.
+    let mut names: HashMap<Frame, (String, String, bool)> = HashMap::new();
     let mut sources = Vec::new();
-    for (id, addresses) in by_object {
+    for (id, mut addresses) in by_object {
+        addresses.sort_unstable();
+        addresses.dedup();
         let object = (id != 0)
             .then(|| objects.object(ModuleId::from_raw(id)))
             .flatten();
@@ -112,7 +127,13 @@ pub(crate) fn symbolize(objects: &LoadedObjects, samples: &[Sample]) -> Profile 
             } else {
                 format!("(object #{id} forgotten)")
             };
-            *counts.entry(("??".to_owned(), what, false)).or_default() += addresses.len();
+            for address in addresses {
+                let frame = Frame {
+                    object: id,
+                    address,
+                };
+                names.insert(frame, ("??".to_owned(), what.clone(), false));
+            }
             continue;
         };
         let info = object.info();
@@ -123,13 +144,10 @@ pub(crate) fn symbolize(objects: &LoadedObjects, samples: &[Sample]) -> Profile 
                 |n| n.to_string_lossy().into_owned(),
             ),
         };
-        let mut unique = addresses.clone();
-        unique.sort_unstable();
-        unique.dedup();
-        let names: HashMap<u64, String> = match symbol_file(info) {
+        let found: HashMap<u64, String> = match symbol_file(info) {
             Ok(file) => {
                 let source = Source::Elf(Elf::new(&file));
-                match symbolizer.symbolize(&source, Input::VirtOffset(&unique)) {
+                match symbolizer.symbolize(&source, Input::VirtOffset(&addresses)) {
                     Ok(symbols) => {
                         let build_id = info
                             .build_id()
@@ -138,7 +156,7 @@ pub(crate) fn symbolize(objects: &LoadedObjects, samples: &[Sample]) -> Profile 
                             "#{id} {name}: symbols from {} (build id{build_id} matches)",
                             file.display()
                         ));
-                        unique
+                        addresses
                             .iter()
                             .zip(symbols)
                             .filter_map(|(&a, s)| Some((a, demangle(&s.as_sym()?.name))))
@@ -156,21 +174,43 @@ pub(crate) fn symbolize(objects: &LoadedObjects, samples: &[Sample]) -> Profile 
             }
         };
         for address in addresses {
-            let function = names
+            let function = found
                 .get(&address)
                 .cloned()
                 .unwrap_or_else(|| "??".to_owned());
-            *counts
-                .entry((function, name.clone(), !object.is_loaded()))
-                .or_default() += 1;
+            let frame = Frame {
+                object: id,
+                address,
+            };
+            names.insert(frame, (function, name.clone(), !object.is_loaded()));
         }
+    }
+
+    let mut counts: HashMap<&(String, String, bool), usize> = HashMap::new();
+    let mut stacks: BTreeMap<String, usize> = BTreeMap::new();
+    for sample in samples {
+        if let Some(leaf) = sample.frames.first() {
+            *counts.entry(&names[leaf]).or_default() += 1;
+        }
+        let thread = threads.get(sample.thread as usize).copied().unwrap_or("?");
+        let mut line = thread.to_owned();
+        for frame in sample.frames.iter().rev() {
+            let (function, object, _) = &names[frame];
+            line.push(';');
+            // `;` separates frames in the folded format.
+            match function.as_str() {
+                "??" => line.push_str(&format!("?? [{object}]")),
+                f => line.push_str(&f.replace(';', ",")),
+            }
+        }
+        *stacks.entry(line).or_default() += 1;
     }
     let mut rows: Vec<Row> = counts
         .into_iter()
         .map(|((function, object, unloaded), samples)| Row {
-            function,
-            object,
-            unloaded,
+            function: function.clone(),
+            object: object.clone(),
+            unloaded: *unloaded,
             samples,
         })
         .collect();
@@ -183,5 +223,9 @@ pub(crate) fn symbolize(objects: &LoadedObjects, samples: &[Sample]) -> Profile 
         total: samples.len(),
         rows,
         sources,
+        folded: stacks
+            .into_iter()
+            .map(|(s, n)| format!("{s} {n}"))
+            .collect(),
     }
 }

@@ -1,5 +1,6 @@
-//! What the profiled program does: two busy functions of its own, and a
-//! checksum loop inside a library it `dlopen`s and `dlclose`s.
+//! What the profiled program does: busy functions of its own (two on the
+//! main thread, one on a worker), and a checksum loop inside a library it
+//! `dlopen`s and `dlclose`s.
 
 use super::dl_error::dl_error;
 use std::ffi::{CStr, c_uint, c_ulong, c_void};
@@ -43,6 +44,22 @@ pub(crate) fn count_primes(below: u64) -> u64 {
         n += 1;
     }
     count
+}
+
+/// Burns CPU on the worker thread (Collatz chain lengths).
+#[inline(never)]
+pub(crate) fn collatz_steps(below: u64) -> u64 {
+    let mut steps = 0;
+    let mut n = 1;
+    while n < black_box(below) {
+        let mut x = n;
+        while x != 1 {
+            x = if x % 2 == 0 { x / 2 } else { 3 * x + 1 };
+            steps += 1;
+        }
+        n += 1;
+    }
+    steps
 }
 
 /// `uLong adler32_z(uLong adler, const Bytef *buf, z_size_t len)`.
@@ -104,7 +121,9 @@ impl Zlib {
         (self.adler32_z as *const ()).addr() as u64
     }
 
-    /// Checksums the buffer `rounds` times, inside zlib.
+    /// Checksums the buffer `rounds` times, inside zlib. (Not inlined, so
+    /// that the stacks name it between the library and its callers.)
+    #[inline(never)]
     pub(crate) fn burn(&self, rounds: u32) -> c_uint {
         let mut sum: c_ulong = 1;
         for _ in 0..rounds {

@@ -1,6 +1,11 @@
 //! `SIGPROF` plumbing shared by the examples (`symbolize`, `profile`):
-//! reading the interrupted pc from a handler's `ucontext`, installing the
-//! handler, arming the CPU-time timer. Included with `#[path]`.
+//! reading the interrupted registers from a handler's `ucontext`,
+//! installing the handler, arming the process's CPU-time timer or a
+//! thread's own, finding where a thread's stack ends. Included with
+//! `#[path]`.
+
+// Each example uses only part of this file.
+#![allow(dead_code)]
 
 use std::time::Duration;
 use std::{io, mem, ptr};
@@ -28,6 +33,51 @@ pub(crate) unsafe fn interrupted_pc(context: *mut libc::c_void) -> u64 {
     // SAFETY: the kernel passes a valid `ucontext_t` to SA_SIGINFO handlers
     // (caller's contract); a raw place read of one saved register.
     unsafe { (*uc).uc_mcontext.pc }
+}
+
+/// The registers an unwinder starts from, from the signal's `ucontext_t`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Registers {
+    pub(crate) pc: u64,
+    pub(crate) sp: u64,
+    /// The frame pointer (`rbp`, `x29`).
+    pub(crate) fp: u64,
+    /// The link register (`x30`; 0 on x86_64, which has none).
+    pub(crate) lr: u64,
+}
+
+/// The interrupted thread's [`Registers`].
+///
+/// # Safety
+/// `context` must be the third argument of an `SA_SIGINFO` handler.
+#[cfg(target_arch = "x86_64")]
+pub(crate) unsafe fn interrupted_registers(context: *mut libc::c_void) -> Registers {
+    let uc = context.cast::<libc::ucontext_t>();
+    // SAFETY: as in `interrupted_pc`: a raw place read of the saved registers.
+    let gregs = unsafe { (*uc).uc_mcontext.gregs };
+    Registers {
+        pc: gregs[libc::REG_RIP as usize] as u64,
+        sp: gregs[libc::REG_RSP as usize] as u64,
+        fp: gregs[libc::REG_RBP as usize] as u64,
+        lr: 0,
+    }
+}
+
+/// The interrupted thread's [`Registers`].
+///
+/// # Safety
+/// `context` must be the third argument of an `SA_SIGINFO` handler.
+#[cfg(target_arch = "aarch64")]
+pub(crate) unsafe fn interrupted_registers(context: *mut libc::c_void) -> Registers {
+    let uc = context.cast::<libc::ucontext_t>();
+    // SAFETY: as in `interrupted_pc`: a raw place read of the saved registers.
+    let m = unsafe { &(*uc).uc_mcontext };
+    Registers {
+        pc: m.pc,
+        sp: m.sp,
+        fp: m.regs[29],
+        lr: m.regs[30],
+    }
 }
 
 /// Installs `action` for `SIGPROF` with `flags`.
@@ -67,4 +117,72 @@ pub(crate) fn set_timer(period: Duration) -> io::Result<()> {
     } else {
         Err(io::Error::last_os_error())
     }
+}
+
+/// `period` as a `timespec`.
+fn timespec(period: Duration) -> libc::timespec {
+    libc::timespec {
+        tv_sec: period.as_secs() as libc::time_t,
+        tv_nsec: period.subsec_nanos().into(),
+    }
+}
+
+/// A thread's own CPU-time timer; dropping it deletes it.
+#[derive(Debug)]
+pub(crate) struct ThreadTimer(libc::timer_t);
+
+impl Drop for ThreadTimer {
+    fn drop(&mut self) {
+        // SAFETY: a timer `thread_timer` created, deleted once.
+        unsafe { libc::timer_delete(self.0) };
+    }
+}
+
+/// Sends `SIGPROF` to the calling thread every `period` of its own CPU
+/// time (`timer_create(CLOCK_THREAD_CPUTIME_ID)` with `SIGEV_THREAD_ID`),
+/// `value` as each signal's `si_value`, until the timer is dropped. A last
+/// signal may still be pending then: whatever `value` points to must
+/// outlive the handler's installation.
+pub(crate) fn thread_timer(period: Duration, value: *mut libc::c_void) -> io::Result<ThreadTimer> {
+    // SAFETY: an all-zero `sigevent` is valid; the fields set name this
+    // thread and the value.
+    let mut event: libc::sigevent = unsafe { mem::zeroed() };
+    event.sigev_notify = libc::SIGEV_THREAD_ID;
+    event.sigev_signo = libc::SIGPROF;
+    // SAFETY: gettid has no preconditions.
+    event.sigev_notify_thread_id = unsafe { libc::gettid() };
+    event.sigev_value.sival_ptr = value;
+    let mut timer = ptr::null_mut();
+    // SAFETY: valid pointers to `event` and the out-parameter.
+    if unsafe { libc::timer_create(libc::CLOCK_THREAD_CPUTIME_ID, &mut event, &mut timer) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let timer = ThreadTimer(timer);
+    let spec = libc::itimerspec {
+        it_interval: timespec(period),
+        it_value: timespec(period),
+    };
+    // SAFETY: a live timer and a valid `itimerspec`.
+    if unsafe { libc::timer_settime(timer.0, 0, &spec, ptr::null_mut()) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(timer)
+}
+
+/// Where the calling thread's stack ends (its highest address: the stack
+/// grows down from it).
+pub(crate) fn stack_end() -> io::Result<u64> {
+    let (mut base, mut size) = (ptr::null_mut(), 0);
+    // SAFETY: `attr` is initialized by pthread_getattr_np before use and
+    // destroyed once; the out-pointers are valid.
+    unsafe {
+        let mut attr = mem::zeroed();
+        let rc = libc::pthread_getattr_np(libc::pthread_self(), &mut attr);
+        if rc != 0 {
+            return Err(io::Error::from_raw_os_error(rc));
+        }
+        libc::pthread_attr_getstack(&attr, &mut base, &mut size);
+        libc::pthread_attr_destroy(&mut attr);
+    }
+    Ok(base.addr() as u64 + size as u64)
 }
