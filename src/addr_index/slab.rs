@@ -46,7 +46,7 @@
 //! record (`record.rs`), which is reclaimed through the epoch, never inside a
 //! reader.
 
-use crate::raw::{Linked, Links};
+use crate::raw::{Kids, LinkRef, Linked, Links, Parent};
 use crate::sync::{AtomicPtr, AtomicU64, Ordering};
 use core::ptr::{self, NonNull};
 use std::alloc::Layout;
@@ -54,12 +54,14 @@ use std::alloc::Layout;
 /// A huge page's size (x86-64 and aarch64 with 4 KiB base pages).
 const HUGE_PAGE: usize = 2 << 20;
 
-/// One address range. Copy 0's links, the bounds, the id, the base and the
-/// tag fill the first cache line (readers use copy 0 while no write is
-/// running); a hit's flags and record are on the second.
+/// One address range. What `lookup` reads fills the first cache line: copy
+/// 0's child links (readers use copy 0 while no write is running), the
+/// bounds, the id, the base, the tag and the flags. Copy 0's parent word
+/// (the writer's and cursors'), the record (read by pinned readers and
+/// sections) and copy 1's links are on the second.
 #[repr(C, align(64))]
 pub(crate) struct RangeNode<M> {
-    hot: Links<RangeNode<M>>,
+    hot: Kids<RangeNode<M>>,
     pub(crate) start: AtomicU64,
     pub(crate) end: AtomicU64,
     pub(crate) id: AtomicU64,
@@ -67,11 +69,14 @@ pub(crate) struct RangeNode<M> {
     pub(crate) tag: AtomicU64,
     /// The segment's flags (a `u32`).
     pub(crate) flags: AtomicU64,
+    hot_parent: Parent<RangeNode<M>>,
     /// The module record, valid while the node is linked; dereferenced only
     /// by pinned readers after validation.
     pub(crate) module: AtomicPtr<M>,
     cold: Links<RangeNode<M>>,
 }
+
+const _: () = assert!(core::mem::offset_of!(RangeNode<()>, hot_parent) == 64);
 
 /// What [`Slab::alloc`] writes into a node.
 pub(crate) struct Fields<M> {
@@ -84,24 +89,30 @@ pub(crate) struct Fields<M> {
     pub(crate) module: *mut M,
 }
 
-// SAFETY: copy 0 is always `hot` and copy 1 always `cold`: distinct sets.
+// SAFETY: copy 0 is always `hot` with `hot_parent` and copy 1 always
+// `cold`: distinct words.
 unsafe impl<M> Linked for RangeNode<M> {
     #[inline(always)]
-    fn links(&self, copy: usize) -> &Links<Self> {
-        if copy == 0 { &self.hot } else { &self.cold }
+    fn links(&self, copy: usize) -> LinkRef<'_, Self> {
+        if copy == 0 {
+            LinkRef::new(&self.hot, &self.hot_parent)
+        } else {
+            self.cold.get()
+        }
     }
 }
 
 impl<M> RangeNode<M> {
     fn new() -> Self {
         RangeNode {
-            hot: Links::new(),
+            hot: Kids::new(),
             start: AtomicU64::new(0),
             end: AtomicU64::new(0),
             id: AtomicU64::new(0),
             base: AtomicU64::new(0),
             tag: AtomicU64::new(0),
             flags: AtomicU64::new(0),
+            hot_parent: Parent::new(),
             module: AtomicPtr::new(ptr::null_mut()),
             cold: Links::new(),
         }

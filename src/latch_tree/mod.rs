@@ -17,7 +17,7 @@ pub use batch::Batch;
 pub use bulk::UnsortedInput;
 pub use iter::{Iter, Keys, Range, Values};
 
-use crate::raw::{Cursor, Dir, Linked, Links, RawTree, View};
+use crate::raw::{Cursor, Dir, LinkRef, Linked, Links, RawTree, View};
 use crate::reclaim::{Limbo, Reclaimer};
 use crate::stats::Stats;
 use crate::sync::AtomicPtr;
@@ -45,8 +45,12 @@ struct Node<K, V> {
 // SAFETY: copy 0 is always `hot` and copy 1 always `cold`: distinct sets.
 unsafe impl<K, V> Linked for Node<K, V> {
     #[inline(always)]
-    fn links(&self, copy: usize) -> &Links<Self> {
-        if copy == 0 { &self.hot } else { &self.cold }
+    fn links(&self, copy: usize) -> LinkRef<'_, Self> {
+        if copy == 0 {
+            self.hot.get()
+        } else {
+            self.cold.get()
+        }
     }
 }
 
@@ -154,7 +158,7 @@ impl<K, V> Shells<K, V> {
         while let Some(shell) = NonNull::new(next) {
             // SAFETY: taking the list made this writer the only owner of
             // its shells, which stay allocated until freed below or reused.
-            next = unsafe { shell.as_ref() }.hot.load_child(Dir::Left);
+            next = unsafe { shell.as_ref() }.hot.get().load_child(Dir::Left);
             if self.0.len() < SHELLS_KEPT {
                 self.0.push(shell);
             } else {

@@ -323,7 +323,10 @@ unsafe fn removed<K, V>(node: NonNull<Node<K, V>>, _guard: &Guard) -> &Node<K, V
 /// any more.
 fn push_due<K, V>(due: &mut *mut Node<K, V>, node: NonNull<Node<K, V>>) {
     // SAFETY: `node` is allocated and ours alone (see above).
-    unsafe { node.as_ref() }.hot.set_child(Dir::Left, *due);
+    unsafe { node.as_ref() }
+        .hot
+        .get()
+        .set_child(Dir::Left, *due);
     *due = node.as_ptr();
 }
 
@@ -344,7 +347,7 @@ impl<K, V> Drop for Reclaiming<'_, K, V> {
             while let Some(node) = NonNull::new(next) {
                 // SAFETY: a due node is allocated and ours alone (its grace
                 // period passed); read before it is handed on.
-                next = unsafe { node.as_ref() }.hot.load_child(Dir::Left);
+                next = unsafe { node.as_ref() }.hot.get().load_child(Dir::Left);
                 if nested {
                     // Inside another write (its batch closure): no user
                     // `Drop` under its lock; freed whole once its scope ends.
@@ -377,7 +380,10 @@ impl<K, V> Reclaiming<'_, K, V> {
         let mut head = returned.load(crate::sync::Ordering::Relaxed);
         loop {
             // SAFETY: the shells are this writer's alone until published.
-            unsafe { last.as_ref() }.hot.set_child(Dir::Left, head);
+            unsafe { last.as_ref() }
+                .hot
+                .get()
+                .set_child(Dir::Left, head);
             // Release: pairs with the Acquire swap in `Shells::take_returned`
             // (the links, and the key and value drops, happen-before a reuse).
             match returned.compare_exchange_weak(

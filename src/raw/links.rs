@@ -1,8 +1,10 @@
 //! Intrusive link sets: one per copy of the tree, every word an atomic.
 //!
-//! A node of either front-end embeds `[Links<Self>; 2]`. Point readers only
-//! load `left`, `right` and the roots; cursors (`cursor.rs`) also climb
-//! `parent_color` to step to a neighbour without a stack.
+//! A node of either front-end embeds two link sets, one per copy: each a
+//! [`Kids`] pair and a [`Parent`] word, kept together ([`Links`]) or, where
+//! the node's layout wants it, apart. Point readers only load the kids and
+//! the roots; cursors (`cursor.rs`) also climb the parent word to step to a
+//! neighbour without a stack.
 //!
 //! Orderings: `left`/`right`/root stores and `parent_color` stores are
 //! `Release`, and reader loads of them are `Acquire`: the pair publishes a
@@ -16,13 +18,14 @@ use core::ptr;
 /// A node that carries two link sets and may be put in a [`RawTree`].
 ///
 /// # Safety
-/// `links(c)` must return the same `Links` every time for the same `c`
-/// (for `c` in `0..2`), and the two sets must be distinct.
+/// `links(c)` must return views of the same `Kids` and `Parent` every time
+/// for the same `c` (for `c` in `0..2`), and the two copies' words must be
+/// distinct.
 ///
 /// [`RawTree`]: super::RawTree
 pub(crate) unsafe trait Linked: Sized {
     /// The link set of copy `copy` (0 or 1).
-    fn links(&self, copy: usize) -> &Links<Self>;
+    fn links(&self, copy: usize) -> LinkRef<'_, Self>;
 }
 
 /// A child direction. `Left` holds smaller keys.
@@ -48,16 +51,41 @@ impl Dir {
     }
 }
 
-/// Low bit of `parent_color`: set for black nodes.
+/// Low bit of the parent word: set for black nodes.
 const BLACK: usize = 1;
 
-/// One copy's links of one node.
+/// One copy's child links of one node: `[left, right]`, indexed by `Dir`.
+/// What a descent reads.
+pub(crate) struct Kids<N>([AtomicPtr<N>; 2]);
+
+/// One copy's parent pointer of one node, with the colour in its low bit
+/// (nodes are at least 8-aligned, so the bit is free). Written and read by
+/// the writer; cursors climb it. A node may keep it apart from its
+/// [`Kids`] (`RangeNode` does, so that a descent's words share a line).
+pub(crate) struct Parent<N>(AtomicPtr<N>);
+
+impl<N> Kids<N> {
+    crate::sync::const_fn_unless_loom! {
+        /// No children.
+        pub(crate) fn new() -> Self {
+            Kids([AtomicPtr::new(ptr::null_mut()), AtomicPtr::new(ptr::null_mut())])
+        }
+    }
+}
+
+impl<N> Parent<N> {
+    crate::sync::const_fn_unless_loom! {
+        /// Red, no parent.
+        pub(crate) fn new() -> Self {
+            Parent(AtomicPtr::new(ptr::null_mut()))
+        }
+    }
+}
+
+/// One copy's links of one node, kept together (the usual layout).
 pub(crate) struct Links<N> {
-    /// `[left, right]`, indexed by `Dir`.
-    kids: [AtomicPtr<N>; 2],
-    /// Parent pointer with the colour in its low bit (nodes are at least
-    /// 8-aligned, so the bit is free). Writer-only.
-    parent_color: AtomicPtr<N>,
+    kids: Kids<N>,
+    parent: Parent<N>,
 }
 
 impl<N> core::fmt::Debug for Links<N> {
@@ -71,79 +99,108 @@ impl<N> Links<N> {
         /// Unlinked, red, no parent.
         pub(crate) fn new() -> Self {
             Links {
-                kids: [AtomicPtr::new(ptr::null_mut()), AtomicPtr::new(ptr::null_mut())],
-                parent_color: AtomicPtr::new(ptr::null_mut()),
+                kids: Kids::new(),
+                parent: Parent::new(),
             }
         }
     }
 
-    /// Reader load of a child link. `Acquire` pairs with the `Release` in
-    /// [`Links::set_child`] (and the root store), so the node it returns has
-    /// its key and value (or its atomic bounds) visible.
+    /// A view of these links.
     #[inline(always)]
-    pub(crate) fn load_child(&self, dir: Dir) -> *mut N {
-        self.kids[dir as usize].load(Ordering::Acquire)
+    pub(crate) fn get(&self) -> LinkRef<'_, N> {
+        LinkRef::new(&self.kids, &self.parent)
+    }
+}
+
+/// One copy's links of one node, wherever the node keeps them.
+pub(crate) struct LinkRef<'a, N> {
+    kids: &'a Kids<N>,
+    parent: &'a Parent<N>,
+}
+
+impl<N> Clone for LinkRef<'_, N> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<N> Copy for LinkRef<'_, N> {}
+
+impl<'a, N> LinkRef<'a, N> {
+    /// The links made of `kids` and `parent`.
+    #[inline(always)]
+    pub(crate) fn new(kids: &'a Kids<N>, parent: &'a Parent<N>) -> Self {
+        LinkRef { kids, parent }
     }
 
-    /// Writer store of a child link; `Release`, see [`Links::load_child`].
+    /// Reader load of a child link. `Acquire` pairs with the `Release` in
+    /// [`LinkRef::set_child`] (and the root store), so the node it returns
+    /// has its key and value (or its atomic bounds) visible.
+    #[inline(always)]
+    pub(crate) fn load_child(self, dir: Dir) -> *mut N {
+        self.kids.0[dir as usize].load(Ordering::Acquire)
+    }
+
+    /// Writer store of a child link; `Release`, see [`LinkRef::load_child`].
     #[inline]
-    pub(crate) fn set_child(&self, dir: Dir, child: *mut N) {
-        self.kids[dir as usize].store(child, link_store_order());
+    pub(crate) fn set_child(self, dir: Dir, child: *mut N) {
+        self.kids.0[dir as usize].store(child, link_store_order());
     }
 
     /// Reader load of the parent (null at the root). `Acquire` pairs with
-    /// the `Release` in [`Links::set_parent_color`], as for child links.
+    /// the `Release` in [`LinkRef::set_parent_color`], as for child links.
     #[inline(always)]
-    pub(crate) fn load_parent(&self) -> *mut N {
-        self.parent_color
+    pub(crate) fn load_parent(self) -> *mut N {
+        self.parent
+            .0
             .load(Ordering::Acquire)
             .map_addr(|a| a & !BLACK)
     }
 
     /// Writer-only: the parent.
     #[inline]
-    pub(crate) fn parent(&self) -> *mut N {
-        self.parent_color
+    pub(crate) fn parent(self) -> *mut N {
+        self.parent
+            .0
             .load(Ordering::Relaxed)
             .map_addr(|a| a & !BLACK)
     }
 
     /// Writer-only: is this node red?
     #[inline]
-    pub(crate) fn is_red(&self) -> bool {
-        self.parent_color.load(Ordering::Relaxed).addr() & BLACK == 0
+    pub(crate) fn is_red(self) -> bool {
+        self.parent.0.load(Ordering::Relaxed).addr() & BLACK == 0
     }
 
     /// Writer-only: set the parent, keeping the colour.
     #[inline]
-    pub(crate) fn set_parent(&self, parent: *mut N) {
+    pub(crate) fn set_parent(self, parent: *mut N) {
         let black = !self.is_red();
         self.set_parent_color(parent, black);
     }
 
     /// Writer-only: set the colour, keeping the parent.
     #[inline]
-    pub(crate) fn set_black(&self, black: bool) {
+    pub(crate) fn set_black(self, black: bool) {
         self.set_parent_color(self.parent(), black);
     }
 
     /// Writer-only: set parent and colour. `Release`: pairs with the
-    /// cursor's `Acquire` in [`Links::load_parent`].
+    /// cursor's `Acquire` in [`LinkRef::load_parent`].
     #[inline]
-    pub(crate) fn set_parent_color(&self, parent: *mut N, black: bool) {
+    pub(crate) fn set_parent_color(self, parent: *mut N, black: bool) {
         let tagged = parent.map_addr(|a| a | usize::from(black));
-        self.parent_color.store(tagged, link_store_order());
+        self.parent.0.store(tagged, link_store_order());
     }
 
     /// Writer-only: copy every link of `other` into `self` (published with
     /// `Release`).
-    pub(crate) fn copy_from(&self, other: &Links<N>) {
-        self.set_child(Dir::Left, other.kids[0].load(Ordering::Relaxed));
-        self.set_child(Dir::Right, other.kids[1].load(Ordering::Relaxed));
-        self.parent_color.store(
-            other.parent_color.load(Ordering::Relaxed),
-            link_store_order(),
-        );
+    pub(crate) fn copy_from(self, other: LinkRef<'_, N>) {
+        self.set_child(Dir::Left, other.kids.0[0].load(Ordering::Relaxed));
+        self.set_child(Dir::Right, other.kids.0[1].load(Ordering::Relaxed));
+        self.parent
+            .0
+            .store(other.parent.0.load(Ordering::Relaxed), link_store_order());
     }
 }
 

@@ -35,7 +35,7 @@ mod rbtree;
 mod tree;
 
 pub(crate) use cursor::{Cursor, Step};
-pub(crate) use links::{Dir, Linked, Links};
+pub(crate) use links::{Dir, Kids, LinkRef, Linked, Links, Parent};
 pub(crate) use tree::{RawTree, Slot, Txn, View};
 
 #[cfg(all(test, not(latchtree_loom)))]

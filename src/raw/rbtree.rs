@@ -11,7 +11,7 @@
 //! that each mirror-image case is written once. Nil children are null
 //! pointers, which count as black.
 
-use super::links::{Dir, Linked, Links, link_store_order};
+use super::links::{Dir, LinkRef, Linked, link_store_order};
 use crate::sync::{AtomicPtr, Ordering};
 
 /// One copy of the tree, as seen by the writer.
@@ -36,7 +36,7 @@ impl<'t, N: Linked> Side<'t, N> {
 
     /// # Safety
     /// `n` is non-null and points to a live node.
-    unsafe fn links(&self, n: *mut N) -> &'t Links<N> {
+    unsafe fn links(&self, n: *mut N) -> LinkRef<'t, N> {
         // The caller promises `n` is live; nodes outlive every writer operation that can reach them
         // (they are released only after the transaction that unlinked them has finished).
         // SAFETY: so `n` points to a live node.

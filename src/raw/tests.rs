@@ -2,7 +2,7 @@
 //! at the end of each test. These are the tests Miri runs under the default
 //! (Stacked Borrows) model with strict provenance.
 
-use super::{Dir, Linked, Links, RawTree, Slot};
+use super::{Dir, LinkRef, Linked, Links, RawTree, Slot};
 use core::ptr::NonNull;
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -14,8 +14,8 @@ struct Node {
 
 // SAFETY: two distinct link sets, indexed by copy.
 unsafe impl Linked for Node {
-    fn links(&self, copy: usize) -> &Links<Self> {
-        &self.links[copy]
+    fn links(&self, copy: usize) -> LinkRef<'_, Self> {
+        self.links[copy].get()
     }
 }
 
@@ -99,8 +99,12 @@ impl Harness {
             // runs (the caller's thread is the only writer).
             unsafe { n.as_ref() }.map_or(depth - 1, |node| {
                 *sum += depth;
-                let l = walk(node.links[0].load_child(Dir::Left), depth + 1, sum);
-                l.max(walk(node.links[0].load_child(Dir::Right), depth + 1, sum))
+                let l = walk(node.links[0].get().load_child(Dir::Left), depth + 1, sum);
+                l.max(walk(
+                    node.links[0].get().load_child(Dir::Right),
+                    depth + 1,
+                    sum,
+                ))
             })
         }
         let head = &self.tree.shared.heads[0];
