@@ -1,6 +1,7 @@
 //! Every structure of the comparison, filled with the same ranges, and the
 //! one query they all answer: the start of the range containing an address.
 
+use crate::workload::Growth;
 use arc_swap::ArcSwap;
 use crossbeam_skiplist::SkipMap;
 use latchtree::{AddrIndex, LatchTree};
@@ -99,7 +100,13 @@ impl Peers {
     /// Every structure grows by single inserts in one random order (no
     /// bulk-built B-tree nodes, no sorted-insertion tree shapes).
     pub fn new(ranges: &[(u64, u64)]) -> Self {
-        let order = crate::workload::shuffled(ranges);
+        Peers::grown(ranges, Growth::Random)
+    }
+
+    /// Every structure grows by single inserts in the order `growth` gives
+    /// (the same order for all).
+    pub fn grown(ranges: &[(u64, u64)], growth: Growth) -> Self {
+        let order = growth.arrange(ranges);
         let index = AddrIndex::new();
         let tree = LatchTree::new();
         // Each BTreeMap-based peer grows its own map by the same inserts (a

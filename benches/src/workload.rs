@@ -121,6 +121,37 @@ pub fn mixed_queries(keys: &[u64], rng: &mut SplitMix64) -> Vec<u64> {
         .collect()
 }
 
+/// How a structure is grown from its ranges, one insert at a time: in
+/// rising address order (a loader or JIT allocator handing out addresses
+/// upward), falling (top-down `mmap`), or random.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Growth {
+    Ascending,
+    Descending,
+    Random,
+}
+
+impl Growth {
+    pub const ALL: [Growth; 3] = [Growth::Ascending, Growth::Descending, Growth::Random];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Growth::Ascending => "ascending",
+            Growth::Descending => "descending",
+            Growth::Random => "random",
+        }
+    }
+
+    /// `ranges` (in address order) in the order of their inserts.
+    pub fn arrange(self, ranges: &[(u64, u64)]) -> Vec<(u64, u64)> {
+        match self {
+            Growth::Ascending => ranges.to_vec(),
+            Growth::Descending => ranges.iter().rev().copied().collect(),
+            Growth::Random => shuffled(ranges),
+        }
+    }
+}
+
 /// `ranges` in a random (seeded) order: every structure is built by
 /// inserting one range at a time in this order, as a map that grew by
 /// updates would be (no bulk-built, perfectly packed B-tree nodes, no

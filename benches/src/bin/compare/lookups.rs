@@ -1,13 +1,14 @@
 //! Single-threaded lookups: the same "which range contains this address"
-//! query against every structure, at several sizes and on the kernel's
-//! 84-module workload.
+//! query against every structure, at several sizes, each grown by
+//! ascending, descending and random inserts, and on the kernel's 84-module
+//! workload.
 
 use crate::measure::{Run, lookup_loop, round_robin};
 use crate::peers::{
     Peers, btree_contains, latch_contains, scc_contains, skip_contains, vec_contains,
 };
 use crate::report::{Row, set_baseline};
-use crate::workload::Workload;
+use crate::workload::{Growth, Workload};
 use crate::{BTREEMAP, Config};
 
 /// Structure names of the lookup rows (also the chart's series).
@@ -23,14 +24,23 @@ pub(crate) const LEFT_RIGHT: &str = "left-right BTreeMap";
 pub(crate) const SKIPMAP: &str = "crossbeam SkipMap";
 pub(crate) const SCC: &str = "scc TreeIndex";
 
-/// Every size, then the kernel case.
+/// Every size in every growth order, then the kernel case.
 pub(crate) fn run(cfg: &Config, rows: &mut Vec<Row>) {
     for &n in &cfg.sizes {
         let w = Workload::ranges(n, 0x6c6f_6f6b ^ n as u64);
-        one_case(cfg, rows, "lookup", format!("n={n}"), n, &w);
+        for growth in Growth::ALL {
+            let case = case(n, growth);
+            one_case(cfg, rows, "lookup", case, n, &w, growth);
+        }
     }
     let w = Workload::kernel(0x6b65_726e);
-    one_case(cfg, rows, "kernel", "84 modules, 90% inside".into(), 84, &w);
+    let case = "84 modules, 90% inside".into();
+    one_case(cfg, rows, "kernel", case, 84, &w, Growth::Random);
+}
+
+/// The case name of the lookup rows of `n` ranges grown by `growth`.
+pub(crate) fn case(n: usize, growth: Growth) -> String {
+    format!("n={n} {}", growth.name())
 }
 
 fn one_case(
@@ -40,8 +50,9 @@ fn one_case(
     case: String,
     n: usize,
     w: &Workload,
+    growth: Growth,
 ) {
-    let p = Peers::new(&w.ranges);
+    let p = Peers::grown(&w.ranges, growth);
     // Large sizes are cache-miss bound (~1 µs per lookup): fewer suffice.
     let iters = if n > 4096 { cfg.iters / 4 } else { cfg.iters };
     let scc_guard = scc::Guard::new();

@@ -44,6 +44,7 @@ use report::{Row, find};
 use std::error::Error;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
+use workload::Growth;
 
 #[global_allocator]
 static ALLOC: alloc_count::Counting = alloc_count::Counting;
@@ -191,30 +192,47 @@ fn targets(rows: &[Row], readers_max: usize) -> Vec<String> {
         ns,
         le(1.0),
     );
-    let look = |n: usize, s: &str| find(rows, "lookup", &format!("n={n}"), s);
-    line(
-        "n=84 LatchTree::upper_bound (held guard) vs sorted Vec".into(),
-        look(84, UPPER_BOUND),
-        look(84, SORTED_VEC),
-        ns,
-        le(1.5),
-    );
-    for n in [262_144, 1 << 20] {
+    for growth in Growth::ALL {
+        let g = growth.name();
+        let look = |n: usize, s: &str| find(rows, "lookup", &lookups::case(n, growth), s);
         line(
-            format!("n={n} AddrIndex::lookup vs BTreeMap"),
-            look(n, ADDR_LOOKUP),
-            look(n, BTREEMAP),
+            format!("n=84 {g} LatchTree::upper_bound (held guard) vs sorted Vec"),
+            look(84, UPPER_BOUND),
+            look(84, SORTED_VEC),
             ns,
-            le(1.0),
+            le(1.5),
+        );
+        line(
+            format!("n=84 {g} AddrIndex::lookup vs sorted Vec"),
+            look(84, ADDR_LOOKUP),
+            look(84, SORTED_VEC),
+            ns,
+            le(1.4),
+        );
+        line(
+            format!("n=4096 {g} AddrIndex::lookup vs BTreeMap"),
+            look(4096, ADDR_LOOKUP),
+            look(4096, BTREEMAP),
+            ns,
+            le(0.6),
+        );
+        for n in [262_144, 1 << 20] {
+            line(
+                format!("n={n} {g} AddrIndex::lookup vs BTreeMap"),
+                look(n, ADDR_LOOKUP),
+                look(n, BTREEMAP),
+                ns,
+                le(1.5),
+            );
+        }
+        line(
+            format!("n=262144 {g} LatchTree::upper_bound vs BTreeMap"),
+            look(262_144, UPPER_BOUND),
+            look(262_144, BTREEMAP),
+            ns,
+            le(1.2),
         );
     }
-    line(
-        "n=262144 LatchTree::upper_bound vs BTreeMap".into(),
-        look(262_144, UPPER_BOUND),
-        look(262_144, BTREEMAP),
-        ns,
-        le(1.2),
-    );
 
     // Walks in key order (issue "complete map API": within 3x of BTreeMap).
     for case in [iterate::ITER, iterate::RANGE] {
@@ -444,7 +462,7 @@ fn main() -> Result<(), Box<dyn Error>> {
     );
     println!("writer: updates/s completed by the writer thread (one insert or one remove each)");
     println!();
-    println!("targets (issue \"Performance II\"; ratios measured in this run):");
+    println!("targets (issues \"Performance II\" and \"III\"; ratios measured in this run):");
     for t in targets(&rows, cfg.readers_max) {
         println!("  {t}");
     }
