@@ -10,11 +10,15 @@
 //!    forever. A compaction that leaves the array mostly empty now moves the
 //!    live slots into a smaller one; `check_invariants` bounds the capacity.
 //!
-//! Run under Miri: `table_growth_vs_unpinned_table_reader` with the default
-//! model (no crossbeam on its paths: crossbeam-epoch 0.9.21 itself trips
-//! Stacked Borrows), the pinned ones with `-Zmiri-tree-borrows` (a retired
-//! array freed while a pinned reader may still read it is a use-after-free
-//! in both models).
+//! Run under Miri with `-Zmiri-tree-borrows` (a retired array freed while a
+//! pinned reader may still read it is a use-after-free there too).
+//! `table_growth_vs_unpinned_table_reader` once ran under the default
+//! Stacked Borrows, which flags finding 1's retag as a write; since the
+//! index reclaims through the writer-side limbo, its writer pins
+//! crossbeam's epoch after the lock to retire each replaced array, and
+//! crossbeam-epoch 0.9.21 itself trips Stacked Borrows (`internal.rs`), so
+//! it runs under Tree Borrows like the others. Finding 1's fix stays
+//! structural: `Table::grow` never touches a replaced array again.
 //!
 //! `table_shrinks_after_mass_removal` found, under Miri (Tree Borrows, seed
 //! 1), crossbeam-epoch 0.9.21's own race: on its `cfg(miri)` and non-x86
