@@ -317,7 +317,15 @@ fuzz_target!(|ops: Vec<Op>| {
                 let got = index.set_value(id, v, tag);
                 match oracle.modules.iter_mut().find(|m| m.id == id && m.live) {
                     Some(m) => {
-                        assert_eq!(got.map(|old| *old).ok(), Some(m.value), "set_value({id})");
+                        // It hands back what it replaced: the old value and tag.
+                        let old = got.map(|r| {
+                            (r.id(), r.ranges().collect::<Vec<_>>(), **r.value(), r.tag())
+                        });
+                        assert_eq!(
+                            old.ok(),
+                            Some((m.id, m.ranges.clone(), m.value, m.tag)),
+                            "what set_value({id}) hands back"
+                        );
                         (m.value, m.tag) = (v, tag);
                     }
                     None => {
