@@ -5,38 +5,27 @@
 //!
 //! Everything the handler needs of an object comes from the index: a
 //! handler section finds each frame's object, and the object's payload is
-//! its unwinder, built from its `.eh_frame_hdr` in memory when a refresh
-//! indexes it and dropped after a grace period once the object is gone. What
-//! the handler needs of its thread (where the stack ends, framehop's rule
-//! cache) arrives with the signal, in the timer's value. No side table, no
+//! its unwinder over copies of its `.eh_frame_hdr` and `.eh_frame`, read
+//! from memory when a refresh indexes it and dropped after a grace period
+//! once the object is gone. What the handler needs of its thread (its
+//! stack's bounds, framehop's rule cache) arrives with the signal, in the
+//! timer's value. No side table, no
 //! thread-local, no lock, no allocation (framehop's `MustNotAllocate` mode).
 
 use super::ring::{Frame, Ring, Stack};
-use super::sigprof::{ThreadTimer, interrupted_registers, set_sigprof, stack_end, thread_timer};
+use super::sigprof::{ThreadTimer, interrupted_registers, set_sigprof, stack_bounds, thread_timer};
 use framehop::{CacheNative, ExplicitModuleSectionInfo, FrameAddress, Module};
 use framehop::{MustNotAllocateDuringUnwind as NoAlloc, Unwinder, UnwinderNative};
 use latchtree::{LoadedObjects, ObjectInfo};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use std::{io, ops::Range, ptr};
 
-/// An object's unwind tables, read in place: framehop looks at them only
-/// while unwinding a frame of that object, so while it is loaded.
-#[derive(Default)]
-pub(crate) struct Mapped(Range<u64>);
-
-impl std::ops::Deref for Mapped {
-    type Target = [u8];
-    fn deref(&self) -> &[u8] {
-        let start = ptr::with_exposed_provenance::<u8>(self.0.start as usize);
-        // SAFETY: inside a readable loaded segment of the object (below);
-        // read only for a frame of the object, which is mapped while a
-        // thread runs in it.
-        unsafe { std::slice::from_raw_parts(start, (self.0.end - self.0.start) as usize) }
-    }
-}
-
-/// The payload: one object's unwinder (`None`: no `.eh_frame_hdr`).
-pub(crate) type Unwind = Option<UnwinderNative<Mapped, NoAlloc>>;
+/// The payload: one object's unwinder over copies of its unwind tables
+/// (`None`: no usable `.eh_frame_hdr`). Copies, so that a handler never
+/// reads an object's memory: a stale entry (a library closed since the last
+/// refresh) can only give a wrong stack, never a fault.
+pub(crate) type Unwind = Option<UnwinderNative<Box<[u8]>, NoAlloc>>;
 
 /// The process's loaded objects, each with its unwinder.
 pub(crate) static OBJECTS: LoadedObjects<Unwind> = LoadedObjects::with_payload(unwinder_for);
@@ -44,40 +33,77 @@ pub(crate) static OBJECTS: LoadedObjects<Unwind> = LoadedObjects::with_payload(u
 /// The samples, until the main thread drains them.
 pub(crate) static RING: Ring<1024> = Ring::new();
 
-/// Builds the unwinder of one object from its `.eh_frame_hdr` and the
-/// `.eh_frame` it points to (up to the end of that segment).
+/// The mapped bytes of `range`.
+///
+/// # Safety
+/// `range` lies in a loaded, readable segment that nothing writes, and the
+/// object stays loaded while the slice is used.
+unsafe fn mapped<'a>(range: Range<u64>) -> &'a [u8] {
+    let start = ptr::with_exposed_provenance::<u8>(range.start as usize);
+    // SAFETY: the caller's contract.
+    unsafe { std::slice::from_raw_parts(start, (range.end - range.start) as usize) }
+}
+
+/// The length of the `.eh_frame` records at the start of `bytes`: up to its
+/// zero terminator, or its last whole record.
+fn records_len(bytes: &[u8]) -> usize {
+    let word = |at: usize| Some(u32::from_le_bytes(bytes.get(at..at + 4)?.try_into().ok()?));
+    let mut at = 0;
+    while let Some(len) = word(at) {
+        let next = match len {
+            0 => return at + 4,
+            u32::MAX => None, // 64-bit lengths: not produced for x86_64/aarch64 ELF
+            len => (at + 4).checked_add(len as usize),
+        };
+        match next.filter(|&n| n <= bytes.len()) {
+            Some(n) => at = n,
+            None => break,
+        }
+    }
+    at
+}
+
+/// Builds the unwinder of one object from copies of its `.eh_frame_hdr`
+/// and the `.eh_frame` it points to.
 fn unwinder_for(info: &ObjectInfo) -> Unwind {
     let hdr = info.eh_frame_hdr().filter(|h| h.end - h.start >= 8)?;
-    let head = Mapped(hdr.start..hdr.start + 8);
+    // SAFETY: the builder runs inside `refresh`, on the thread that also
+    // `dlopen`s and `dlclose`s here, so the object is loaded; its
+    // `.eh_frame_hdr` lies in a readable loaded segment (`ObjectInfo`'s
+    // promise), which the loader no longer writes.
+    let hdr_bytes: Box<[u8]> = unsafe { mapped(hdr.clone()) }.into();
     // version 1, eh_frame_ptr encoded as DW_EH_PE_pcrel | DW_EH_PE_sdata4
-    if head[..2] != [1, 0x1b] {
+    if hdr_bytes[..2] != [1, 0x1b] {
         return None;
     }
-    let offset = i32::from_le_bytes(head[4..8].try_into().ok()?);
+    let offset = i32::from_le_bytes(hdr_bytes[4..8].try_into().ok()?);
     let eh_frame = (hdr.start + 4).wrapping_add_signed(offset.into());
-    let end = info
+    let segment = info
         .segment_of(eh_frame)
-        .filter(|s| s.is_readable())?
-        .range
-        .end;
-    let svma = |r: &Range<u64>| r.start - info.bias()..r.end - info.bias();
+        .filter(|s| s.is_readable() && !s.is_writable())?;
+    // SAFETY: as above, inside that read-only segment.
+    let rest = unsafe { mapped(eh_frame..segment.range.end) };
+    let eh_frame_bytes: Box<[u8]> = rest[..records_len(rest)].into();
+    let bias = info.bias();
+    let svma =
+        |start: u64, len: usize| start.wrapping_sub(bias)..start.wrapping_sub(bias) + len as u64;
     let sections = ExplicitModuleSectionInfo {
-        eh_frame_hdr_svma: Some(svma(&hdr)),
-        eh_frame_svma: Some(svma(&(eh_frame..end))),
-        eh_frame_hdr: Some(Mapped(hdr.clone())),
-        eh_frame: Some(Mapped(eh_frame..end)),
+        eh_frame_hdr_svma: Some(svma(hdr.start, hdr_bytes.len())),
+        eh_frame_svma: Some(svma(eh_frame, eh_frame_bytes.len())),
+        eh_frame_hdr: Some(hdr_bytes),
+        eh_frame: Some(eh_frame_bytes),
         ..Default::default()
     };
     let name = info.path().display().to_string();
     let mut unwinder = UnwinderNative::new();
-    unwinder.add_module(Module::new(name, info.image(), info.bias(), sections));
+    unwinder.add_module(Module::new(name, info.image(), bias, sections));
     Some(unwinder)
 }
 
 /// What the handler needs of a sampled thread.
 struct Thread {
     index: u64,
-    stack_end: u64,
+    stack: Range<u64>,
     cache: CacheNative<NoAlloc>,
 }
 
@@ -85,7 +111,8 @@ struct Thread {
 extern "C" fn on_sigprof(_: libc::c_int, info: *mut libc::siginfo_t, context: *mut libc::c_void) {
     let _counted = super::alloc_count::InHandler::enter();
     // SAFETY: installed with SA_SIGINFO: `info` and `context` are the
-    // kernel's. SIGPROF comes from our timers, whose value is a leaked
+    // kernel's. This program owns SIGPROF: a SIGPROF with SI_TIMER comes
+    // from our timers (`sample_this_thread`), whose value is a leaked
     // `Thread` (never freed: a last signal may be pending when its timer is
     // deleted) of the thread the timer signals; only its handler touches it,
     // and SIGPROF is blocked while that runs.
@@ -98,27 +125,39 @@ extern "C" fn on_sigprof(_: libc::c_int, info: *mut libc::siginfo_t, context: *m
     };
     #[cfg(target_arch = "x86_64")]
     let mut regs = framehop::UnwindRegsNative::new(r.pc, r.sp, r.fp);
+    // Return addresses may carry pointer-authentication bits above the
+    // address space, whose top the stack (mapped highest) gives.
     #[cfg(target_arch = "aarch64")]
-    let mut regs = framehop::UnwindRegsNative::new(r.lr, r.sp, r.fp);
-    let stack_end = thread.stack_end;
+    let mut regs = framehop::UnwindRegsNative::new_with_ptr_auth_mask(
+        framehop::aarch64::PtrAuthMask::from_max_known_address(thread.stack.end),
+        r.lr,
+        r.sp,
+        r.fp,
+    );
+    let stack = thread.stack.clone();
+    if !stack.contains(&r.sp) {
+        return; // on an alternate signal stack: not this thread's frames
+    }
     // Only the interrupted frames: from its sp to where its stack ends.
+    // Atomic loads: other threads may share data that lives on this stack.
     let mut read_stack = |at: u64| match at.checked_add(8) {
-        // SAFETY: inside the thread's stack above the interrupted sp:
-        // mapped, and nothing writes there while this handler runs.
-        Some(end) if at >= r.sp && end <= stack_end => {
-            Ok(unsafe { ptr::with_exposed_provenance::<u64>(at as usize).read_unaligned() })
+        Some(end) if at >= r.sp && end <= stack.end && at.is_multiple_of(8) => {
+            let word = ptr::with_exposed_provenance_mut::<u64>(at as usize);
+            // SAFETY: an aligned word of the thread's stack above the
+            // interrupted sp: mapped, and read atomically.
+            Ok(unsafe { AtomicU64::from_ptr(word) }.load(Ordering::Relaxed))
         }
         _ => Err(()),
     };
     let section = OBJECTS.handler_section();
-    let mut stack = Stack::new(thread.index);
+    let mut sample = Stack::new(thread.index);
     let mut frame = FrameAddress::from_instruction_pointer(r.pc);
     loop {
         let pc = frame.address_for_lookup();
         let object = section.lookup(pc);
         let (id, address) =
             object.map_or((0, pc), |o| (o.hit().id().get(), o.hit().link_address()));
-        let recorded = stack.push(Frame {
+        let recorded = sample.push(Frame {
             object: id,
             address,
         });
@@ -134,7 +173,7 @@ extern "C" fn on_sigprof(_: libc::c_int, info: *mut libc::siginfo_t, context: *m
         }
     }
     drop(section);
-    RING.push(&stack);
+    RING.push(&sample);
 }
 
 /// Samples the calling thread every `period` of its own CPU time, its
@@ -142,10 +181,12 @@ extern "C" fn on_sigprof(_: libc::c_int, info: *mut libc::siginfo_t, context: *m
 pub(crate) fn sample_this_thread(index: u64, period: Duration) -> io::Result<ThreadTimer> {
     let thread = Box::leak(Box::new(Thread {
         index,
-        stack_end: stack_end()?,
+        stack: stack_bounds()?,
         cache: CacheNative::new_in(),
     }));
-    thread_timer(period, ptr::from_mut(thread).cast())
+    // SAFETY: the value is a leaked `Thread`, what the handler expects, valid
+    // for the rest of the process.
+    unsafe { thread_timer(period, ptr::from_mut(thread).cast()) }
 }
 
 /// Installs the handler (before any thread starts its timer).

@@ -140,10 +140,16 @@ impl Drop for ThreadTimer {
 
 /// Sends `SIGPROF` to the calling thread every `period` of its own CPU
 /// time (`timer_create(CLOCK_THREAD_CPUTIME_ID)` with `SIGEV_THREAD_ID`),
-/// `value` as each signal's `si_value`, until the timer is dropped. A last
-/// signal may still be pending then: whatever `value` points to must
-/// outlive the handler's installation.
-pub(crate) fn thread_timer(period: Duration, value: *mut libc::c_void) -> io::Result<ThreadTimer> {
+/// `value` as each signal's `si_value`, until the timer is dropped.
+///
+/// # Safety
+/// `value` must be what the installed `SIGPROF` handler expects in
+/// `si_value`, valid for as long as that handler may run: a last signal may
+/// still be pending when the timer is dropped.
+pub(crate) unsafe fn thread_timer(
+    period: Duration,
+    value: *mut libc::c_void,
+) -> io::Result<ThreadTimer> {
     // SAFETY: an all-zero `sigevent` is valid; the fields set name this
     // thread and the value.
     let mut event: libc::sigevent = unsafe { mem::zeroed() };
@@ -169,9 +175,9 @@ pub(crate) fn thread_timer(period: Duration, value: *mut libc::c_void) -> io::Re
     Ok(timer)
 }
 
-/// Where the calling thread's stack ends (its highest address: the stack
-/// grows down from it).
-pub(crate) fn stack_end() -> io::Result<u64> {
+/// The calling thread's stack: its lowest address to where it ends (the
+/// stack grows down from the end).
+pub(crate) fn stack_bounds() -> io::Result<std::ops::Range<u64>> {
     let (mut base, mut size) = (ptr::null_mut(), 0);
     // SAFETY: `attr` is initialized by pthread_getattr_np before use and
     // destroyed once; the out-pointers are valid.
@@ -184,5 +190,5 @@ pub(crate) fn stack_end() -> io::Result<u64> {
         libc::pthread_attr_getstack(&attr, &mut base, &mut size);
         libc::pthread_attr_destroy(&mut attr);
     }
-    Ok(base.addr() as u64 + size as u64)
+    Ok(base.addr() as u64..base.addr() as u64 + size as u64)
 }

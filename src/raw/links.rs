@@ -6,10 +6,10 @@
 //! the roots; cursors (`cursor.rs`) also climb the parent word to step to a
 //! neighbour without a stack.
 //!
-//! Orderings: `left`/`right`/root stores and `parent_color` stores are
+//! Orderings: `left`/`right`/root stores and parent-word stores are
 //! `Release`, and reader loads of them are `Acquire`: the pair publishes a
 //! node's fields to a reader that reaches it through any link, down or up.
-//! The writer's own loads of `parent_color` are `Relaxed`: the writer lock
+//! The writer's own loads of the parent word are `Relaxed`: the writer lock
 //! orders writers.
 
 use crate::sync::{AtomicPtr, Ordering};
