@@ -2,12 +2,12 @@
 //! value in place, and [`AddrIndex::synchronize`], which waits for them.
 //! The grace period itself is `crate::section`'s.
 
-use super::queries::raw_hit;
+use super::AddrIndex;
+use super::queries::hit_and_record;
 use super::record::Record;
-use super::types::{Hit, ModuleId, RawHit};
-use super::{AddrIndex, Node};
+use super::types::{Hit, ModuleId};
 use crate::section::Sections;
-use crate::sync::{AtomicUsize, Ordering};
+use crate::sync::AtomicUsize;
 use core::fmt;
 
 /// An open **handler read section** on an [`AddrIndex`]: lookups that hand
@@ -132,15 +132,12 @@ impl<T> HandlerSection<'_, T> {
         let index = self.index;
         // SAFETY: as in `lookup`.
         let found = unsafe {
-            index.tree.read(|view| {
-                AddrIndex::find_many(view, addrs, |n: &Node<T>| {
-                    // Relaxed: validated by the latch, like every field.
-                    (raw_hit(n), n.module.load(Ordering::Relaxed))
-                })
-            })
+            index
+                .tree
+                .read(|view| AddrIndex::find_many(view, addrs, hit_and_record))
         };
         found.map(|hit| {
-            hit.map(|(raw, record): (RawHit, _)| Hit {
+            hit.map(|(raw, record)| Hit {
                 raw,
                 // SAFETY: validated by the read, after the section opened.
                 value: &*unsafe { self.record(record) }.value,

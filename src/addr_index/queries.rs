@@ -23,6 +23,14 @@ pub(super) fn raw_hit<T>(n: &Node<T>) -> RawHit {
     }
 }
 
+/// A range node's fields and its module record, copied out before
+/// validation: what guarded reads and handler sections take from a hit.
+#[inline(always)]
+pub(super) fn hit_and_record<T>(n: &Node<T>) -> (RawHit, *mut Record<T>) {
+    // Relaxed: see `raw_hit`.
+    (raw_hit(n), n.module.load(Ordering::Relaxed))
+}
+
 /// One step of the search for the range containing `addr`, at `n`: keeps
 /// in `cand` the last node that starts at or below `addr` (the only range
 /// that can contain it) and goes on toward it, without a branch.
@@ -61,8 +69,7 @@ impl<T> AddrIndex<T> {
         let mut cand = None;
         view.descend(|n| Some(range_step(addr, n, &mut cand)))?;
         // Read the candidate's fields before validation, like every field.
-        // Relaxed: see `raw_hit`.
-        Some(containing(cand, addr).map(|n| (raw_hit(n), n.module.load(Ordering::Relaxed))))
+        Some(containing(cand, addr).map(hit_and_record))
     }
 
     /// The range containing `addr`, with its module's id, base, tag and the
@@ -253,10 +260,9 @@ impl<T> AddrIndex<T> {
         self.read(|view| {
             let mut out = Vec::new();
             view.walk(|n| {
-                let hit = raw_hit(n);
+                let (hit, record) = hit_and_record(n);
                 if keep(hit.start, hit.end) {
-                    // Relaxed: see `raw_hit`.
-                    out.push((hit, n.module.load(Ordering::Relaxed)));
+                    out.push((hit, record));
                 }
             })?;
             Some(out)
