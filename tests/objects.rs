@@ -1029,7 +1029,7 @@ fn payloads_are_built_per_object_and_dropped_when_forgotten() {
         let object = section.lookup(pc).unwrap();
         assert_eq!(object.payload().0, lib.path);
         assert_eq!(object.info().path(), lib.path);
-        assert!(object.eh_frame_hdr().is_some() && object.image().contains(&pc));
+        assert!(object.info().eh_frame_hdr().is_some() && object.info().image().contains(&pc));
         let [a, b] = section.lookup_many([pc, 0]);
         assert_eq!(
             (a.map(|o| o.hit().id()), b.is_none()),

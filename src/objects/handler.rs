@@ -8,7 +8,6 @@ use super::info::ObjectInfo;
 use super::{Entry, LoadedObjects, ObjectHit};
 use crate::HandlerSection;
 use core::fmt;
-use core::ops::Range;
 
 /// An open handler read section on a [`LoadedObjects`]: async-signal-safe
 /// lookups that borrow the object's [`ObjectInfo`] and payload (see
@@ -54,8 +53,9 @@ impl<'s, P> HandlerObject<'s, P> {
         self.hit
     }
 
-    /// The object's info: path, bias, segments, build id, and the unwind
-    /// ranges below.
+    /// The object's info: path, bias, segments, build id, and what an
+    /// unwinder reads in place ([`ObjectInfo::eh_frame_hdr`],
+    /// [`sframe`](ObjectInfo::sframe), [`image`](ObjectInfo::image)).
     pub fn info(&self) -> &'s ObjectInfo {
         &self.entry.info
     }
@@ -64,21 +64,6 @@ impl<'s, P> HandlerObject<'s, P> {
     /// ([`LoadedObjects::with_payload`]).
     pub fn payload(&self) -> &'s P {
         &self.entry.payload
-    }
-
-    /// [`ObjectInfo::eh_frame_hdr`].
-    pub fn eh_frame_hdr(&self) -> Option<Range<u64>> {
-        self.entry.info.eh_frame_hdr()
-    }
-
-    /// [`ObjectInfo::sframe`].
-    pub fn sframe(&self) -> Option<Range<u64>> {
-        self.entry.info.sframe()
-    }
-
-    /// [`ObjectInfo::image`].
-    pub fn image(&self) -> Range<u64> {
-        self.entry.info.image()
     }
 }
 
@@ -121,7 +106,7 @@ impl<P: Send + Sync + 'static> LoadedObjects<P> {
     /// OBJECTS.refresh();
     /// let section = OBJECTS.handler_section();
     /// let object = section.lookup(main as *const () as u64).unwrap();
-    /// let image = object.image();
+    /// let image = object.info().image();
     /// assert!(image.start % 4096 == 0 && image.contains(&(main as *const () as u64)));
     /// ```
     #[inline]
