@@ -54,8 +54,14 @@ fn load(vaddr: u64, memsz: u64, flags: u32) -> ProgramHeader {
 }
 
 fn note_header(vaddr: u64, memsz: u64) -> ProgramHeader {
+    table(PT_NOTE, vaddr, memsz)
+}
+
+/// A read-only, non-`PT_LOAD` header of type `p_type` (a note, an unwind
+/// table) at `vaddr`, mapped where it lies in the file.
+fn table(p_type: u32, vaddr: u64, memsz: u64) -> ProgramHeader {
     ProgramHeader {
-        p_type: PT_NOTE,
+        p_type,
         p_flags: 4,
         p_offset: vaddr,
         p_vaddr: vaddr,
@@ -261,15 +267,6 @@ fn main_program_and_vdso_by_landmarks() {
 /// loads, page-rounded.
 #[test]
 fn unwind_tables_and_image_span() {
-    let table = |p_type, vaddr, memsz| ProgramHeader {
-        p_type,
-        p_flags: 4,
-        p_offset: vaddr,
-        p_vaddr: vaddr,
-        p_filesz: memsz,
-        p_memsz: memsz,
-        p_align: 4,
-    };
     let headers = [
         load(0x40, 0x1000, 5),
         load(0x3000, 0x234, 6),
