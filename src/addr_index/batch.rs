@@ -22,6 +22,7 @@
 //!   are clones: the index's reference outlives them until after the lock.
 
 use super::error::{AddrIndexError, InsertError};
+use super::layout;
 use super::queries::raw_hit;
 use super::record::{self, Dirty, Garbage, Record};
 use super::slab::Fields;
@@ -338,6 +339,29 @@ impl<T> IndexBatch<'_, T> {
         Ok(Removed::of(o))
     }
 
+    /// The end of every batch that returned: the rebuild its writes made
+    /// due, if any, done now (see [`reshape`](IndexBatch::reshape)), so
+    /// that the commit has none left to do.
+    fn settle(&mut self) {
+        if self.txn.rebuild_due() {
+            self.reshape();
+        }
+    }
+
+    /// Rebuilds the version being built into the balanced shape: a tree of
+    /// at least [`LAYOUT_MIN`](layout::LAYOUT_MIN) nodes into fresh memory in
+    /// van Emde Boas order (`layout.rs`), a smaller one in place.
+    fn reshape(&mut self) {
+        if self.txn.balanced() {
+            return;
+        }
+        if self.txn.len() >= layout::LAYOUT_MIN {
+            layout::relocate(&mut self.txn, &mut self.w.slab);
+        } else {
+            self.txn.rebuild();
+        }
+    }
+
     /// The value of module `id` in the version being built.
     ///
     /// ```
@@ -553,6 +577,7 @@ impl<T: Send + Sync + 'static> AddrIndex<T> {
                 w,
             };
             let r = f(&mut batch);
+            batch.settle();
             let w = batch.w;
             end.set(Ending::Commit(w.dirty));
             // Committed: the records made are the index's for good.
@@ -663,7 +688,7 @@ impl<T: Send + Sync + 'static> AddrIndex<T> {
     /// assert_eq!(index.stats().writes, writes);
     /// ```
     pub fn rebalance(&self) {
-        self.write(|batch| batch.txn.rebuild());
+        self.write(|batch| batch.reshape());
     }
 
     /// Registers one range for a new module (base: the range's start, tag:

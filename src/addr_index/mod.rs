@@ -1,6 +1,8 @@
 //! `AddrIndex<T>`: which module contains an address, from any context.
 //!
 //! * `slab.rs`: the type-stable range nodes (range, id, base, tag, flags);
+//! * `layout.rs`: where a large tree's nodes lie in memory (van Emde Boas
+//!   order, set at each rebuild);
 //! * `record.rs`: module records and the per-copy module table;
 //! * `batch.rs`: every write, as one transaction ([`IndexBatch`]);
 //! * `queries.rs`: every read;
@@ -14,6 +16,7 @@
 mod batch;
 mod error;
 mod handler;
+mod layout;
 mod queries;
 mod record;
 mod slab;

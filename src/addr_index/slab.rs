@@ -122,6 +122,22 @@ impl<M> RangeNode<M> {
     }
 }
 
+impl<M> Fields<M> {
+    /// What `node` holds, read by the writer (its only writer).
+    pub(crate) fn of(node: &RangeNode<M>) -> Self {
+        // Relaxed: the writer reads back its own stores.
+        Fields {
+            start: node.start.load(Ordering::Relaxed),
+            end: node.end.load(Ordering::Relaxed),
+            id: node.id.load(Ordering::Relaxed),
+            base: node.base.load(Ordering::Relaxed),
+            tag: node.tag.load(Ordering::Relaxed),
+            flags: node.flags.load(Ordering::Relaxed) as u32,
+            module: node.module.load(Ordering::Relaxed),
+        }
+    }
+}
+
 /// Chunks of nodes plus a free list; owned by the writer (under its lock).
 pub(crate) struct Slab<M> {
     chunks: Vec<Chunk>,
@@ -192,6 +208,33 @@ impl<M> Slab<M> {
         node.flags.store(u64::from(f.flags), Ordering::Relaxed);
         node.module.store(f.module, Ordering::Relaxed);
         n
+    }
+
+    /// Nodes holding `fields`, one each, at ascending addresses: the lowest
+    /// free ones (grown first if too few are free), so that nodes written in
+    /// a traversal order lie in memory in that order (`layout.rs`). Sorts
+    /// the free list, so later allocations reuse low addresses first too.
+    ///
+    /// Call only where [`alloc`](Slab::alloc) may be called.
+    pub(crate) fn alloc_run(
+        &mut self,
+        fields: impl ExactSizeIterator<Item = Fields<M>>,
+    ) -> Vec<NonNull<RangeNode<M>>> {
+        while self.free.len() < fields.len() {
+            self.grow();
+        }
+        // Popped from the end: highest address first in the vector (as
+        // `grow` leaves a fresh chunk's nodes).
+        if !self.free.is_sorted_by(|a, b| a > b) {
+            self.free.sort_unstable_by(|a, b| b.cmp(a));
+        }
+        fields.map(|f| self.alloc(f)).collect()
+    }
+
+    /// The nodes in all chunks, free or not.
+    #[cfg(test)]
+    pub(crate) fn nodes(&self) -> usize {
+        self.nodes
     }
 
     /// Puts a node that left both copies back on the free list.

@@ -10,7 +10,7 @@
 //! black nodes, and no red node has a red child (a red node's children are
 //! nil). The checker verifies it in the tests.
 
-use super::descent::Descent;
+use super::descent::{Descent, balanced_height};
 use super::links::{Dir, Linked, link_store_order};
 use super::tree::{RawTree, nodes_in_order};
 use crate::sync::{AtomicPtr, Ordering};
@@ -61,12 +61,70 @@ pub(super) unsafe fn rebuild<N: Linked>(root: &AtomicPtr<N>, copy: usize) {
     // SAFETY: the copy is not being modified (writer lock) and holds only
     // live nodes (caller).
     let nodes = unsafe { nodes_in_order(root.load(Ordering::Relaxed), copy) };
+    // SAFETY: forwarded; they are this copy's nodes in key order.
+    unsafe { relink(&nodes, root, copy) };
+}
+
+/// Makes `nodes` the whole of copy `copy` (root in `root`), in
+/// the balanced shape.
+///
+/// # Safety
+/// As for [`rebuild`]; `nodes` are live, distinct and in key order, and
+/// each is this copy's or in no tree.
+pub(super) unsafe fn relink<N: Linked>(nodes: &[NonNull<N>], root: &AtomicPtr<N>, copy: usize) {
     let full = (nodes.len() + 1).ilog2() as usize;
-    // SAFETY: the nodes are live, distinct, in key order and this copy's
-    // (caller); only this copy's links are rewritten.
-    let new_root = unsafe { link(&nodes, ptr::null_mut(), 0, full, copy..copy + 1) };
+    // SAFETY: forwarded; only this copy's links are rewritten.
+    let new_root = unsafe { link(nodes, ptr::null_mut(), 0, full, copy..copy + 1) };
     // Release, as every root store; see `links.rs`.
     root.store(new_root, link_store_order());
+}
+
+/// The key-order ranks of the balanced shape's nodes over `len` nodes, in
+/// van Emde Boas order: the top half of its levels first (recursively in
+/// this order), then each subtree hanging below them, left to right
+/// (recursively too). Every subtree of `2^k - 1` nodes then lies in one run
+/// of memory when the nodes are allocated in this order, so a path of `h`
+/// levels crosses about `h / k` such runs, whatever the line or page size:
+/// at 128 bytes a node, a 4 KiB page holds a subtree of 4 or 5 levels, and
+/// a path of 18 levels touches 4 to 6 pages instead of one a level.
+pub(crate) fn van_emde_boas(len: usize) -> Vec<usize> {
+    let mut out = Vec::with_capacity(len);
+    veb_into(0..len, balanced_height(len), &mut out);
+    out
+}
+
+/// Appends to `out` the ranks of the subtree over `keys` (as `link` splits
+/// it) at depths below `levels`, in van Emde Boas order.
+fn veb_into(keys: Range<usize>, levels: usize, out: &mut Vec<usize>) {
+    if keys.is_empty() || levels == 0 {
+        return;
+    }
+    if levels == 1 {
+        out.push(middle(&keys));
+        return;
+    }
+    let top = levels / 2;
+    veb_into(keys.clone(), top, out);
+    below(keys, top, &mut |sub| veb_into(sub, levels - top, out));
+}
+
+/// The root's rank in the subtree over `keys`, as `link` splits it.
+fn middle(keys: &Range<usize>) -> usize {
+    keys.start + keys.len() / 2
+}
+
+/// Calls `f` with each non-empty subtree `depth` levels below the one over
+/// `keys`, in key order.
+fn below(keys: Range<usize>, depth: usize, f: &mut impl FnMut(Range<usize>)) {
+    if keys.is_empty() {
+        return;
+    }
+    if depth == 0 {
+        return f(keys);
+    }
+    let m = middle(&keys);
+    below(keys.start..m, depth - 1, f);
+    below(m + 1..keys.end, depth - 1, f);
 }
 
 /// Links `nodes` as a subtree under `parent` at `depth` in the copies

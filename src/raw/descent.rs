@@ -89,6 +89,13 @@ impl<'g, N: Linked> View<'g, N> {
         (plan.trips <= MAX_DEPTH).then_some(plan)
     }
 
+    /// Whether this copy is published with an exact plan (the balanced
+    /// shape); for tests of what a rebuild leaves.
+    #[cfg(test)]
+    pub(crate) fn exact(self) -> bool {
+        self.plan().is_some_and(|p| p.exact)
+    }
+
     /// One trip from `cur` (never null): the child `dir` leads to, or `cur`
     /// itself where that child is nil (a select, not a branch).
     #[inline(always)]

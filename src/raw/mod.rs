@@ -38,5 +38,8 @@ pub(crate) use cursor::{Cursor, Step};
 pub(crate) use links::{Dir, Kids, LinkRef, Linked, Links, Parent};
 pub(crate) use tree::{RawTree, Slot, Txn, View};
 
+#[cfg(test)]
+pub(crate) use build::van_emde_boas;
+
 #[cfg(all(test, not(latchtree_loom)))]
 mod tests;

@@ -497,3 +497,112 @@ fn sequential_inserts_are_rebuilt_into_the_balanced_shape() {
         );
     }
 }
+
+/// The van Emde Boas ranks are a permutation of the keys, top half of the
+/// levels first: on 15 nodes, the root and its children, then each
+/// two-level subtree below them, left to right.
+#[test]
+fn van_emde_boas_ranks_are_a_recursive_top_then_bottom_permutation() {
+    use super::build::van_emde_boas;
+    assert_eq!(
+        van_emde_boas(15),
+        [7, 3, 11, 1, 0, 2, 5, 4, 6, 9, 8, 10, 13, 12, 14]
+    );
+    assert_eq!(van_emde_boas(0), [0usize; 0]);
+    assert_eq!(van_emde_boas(1), [0]);
+    for len in 0..300 {
+        let mut ranks = van_emde_boas(len);
+        // The root comes first, as `link` splits at the middle.
+        assert!(len == 0 || ranks[0] == len / 2, "root of {len}");
+        ranks.sort_unstable();
+        assert!(
+            ranks.iter().copied().eq(0..len),
+            "not a permutation at {len}"
+        );
+    }
+}
+
+/// Relinks copy 0 into copies of its nodes (`Txn::relocate`), allocated in
+/// the order `place` gets them; panics after it when `panic` is set.
+fn relocate(h: &Harness, panic: bool) -> Vec<u64> {
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        h.tree.write(
+            |txn, _| {
+                let mut order = Vec::new();
+                let place = |old: &[NonNull<Node>]| {
+                    old.iter()
+                        .map(|n| {
+                            // SAFETY: copy 0's nodes live until the harness drops.
+                            let key = unsafe { n.as_ref() }.key;
+                            order.push(key);
+                            h.alloc(key)
+                        })
+                        .collect()
+                };
+                // SAFETY: one fresh node per node, with the same key.
+                unsafe { txn.relocate(place) };
+                assert!(!panic, "planned panic");
+                order
+            },
+            |_, _, _| {},
+            |_, _| {},
+        )
+    }));
+    r.unwrap_or_default()
+}
+
+/// A relocation replaces every node by its copy in both copies, in the
+/// balanced shape with the exact plan, hands `place` the nodes in van Emde
+/// Boas order, and rolls back whole; readers running beside it never see a
+/// key missing.
+#[test]
+fn relocation_moves_every_node_into_the_balanced_shape() {
+    let h = Arc::new(Harness::new());
+    let keys: Vec<u64> = (0..if cfg!(miri) { 40 } else { 500 }).collect();
+    h.apply(&keys.iter().map(|&k| (true, k)).collect::<Vec<_>>(), None);
+    // SAFETY: nodes are freed only when the harness drops.
+    let before: Vec<usize> = unsafe {
+        h.tree.read(|view| {
+            let mut out = Vec::new();
+            view.walk(|n| out.push(core::ptr::from_ref(n).addr()))?;
+            Some(out)
+        })
+    };
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let reader = {
+        let (h, stop) = (h.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut reads = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) || reads == 0 {
+                assert!(h.contains(reads % 40), "a key went missing");
+                reads += 1;
+            }
+        })
+    };
+    let rolled = relocate(&h, true);
+    assert!(rolled.is_empty());
+    h.check();
+    assert_eq!(h.keys(), keys, "rolled back whole");
+    let order = relocate(&h, false);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    reader.join().unwrap();
+    h.check();
+    assert_eq!(h.keys(), keys);
+    let ranks = super::build::van_emde_boas(keys.len());
+    assert_eq!(order, ranks.iter().map(|&r| keys[r]).collect::<Vec<_>>());
+    let (height, _, plan) = h.shape();
+    assert_eq!(height, super::descent::balanced_height(keys.len()));
+    assert_eq!(plan, super::descent::Descent::balanced(keys.len()));
+    // SAFETY: as above.
+    let after: Vec<usize> = unsafe {
+        h.tree.read(|view| {
+            let mut out = Vec::new();
+            view.walk(|n| out.push(core::ptr::from_ref(n).addr()))?;
+            Some(out)
+        })
+    };
+    assert!(
+        after.iter().all(|a| !before.contains(a)),
+        "a node was not replaced"
+    );
+}

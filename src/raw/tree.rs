@@ -176,6 +176,13 @@ enum Op<N> {
     Clear(*mut N),
     /// Every node was relinked into the balanced shape (`build.rs`).
     Rebuild,
+    /// Every node left the tree for a copy of it, and the copies were
+    /// linked into the balanced shape ([`Txn::relocate`]): `old` was copy
+    /// 0's nodes before, `new` their copies, both in key order.
+    Relocate {
+        old: Vec<NonNull<N>>,
+        new: Vec<NonNull<N>>,
+    },
     /// A node that was never linked, handed back for release whatever the
     /// outcome (a front-end owns it while user code may still panic).
     Discard(*mut N),
@@ -348,6 +355,9 @@ impl<N: Linked, W> RawTree<N, W> {
                                 s.heads[1].root.store(ptr::null_mut(), link_store_order())
                             }
                             Op::Rebuild => super::build::rebuild(&s.heads[1].root, 1),
+                            Op::Relocate { ref new, .. } => {
+                                super::build::relink(new, &s.heads[1].root, 1)
+                            }
                             Op::Discard(_) => {}
                         }
                     }
@@ -363,6 +373,11 @@ impl<N: Linked, W> RawTree<N, W> {
                         Op::Erase(node) | Op::Replace { old: node, .. } | Op::Discard(node) => {
                             // SAFETY: log pointers come from `NonNull`s.
                             release(w, unsafe { NonNull::new_unchecked(node) });
+                        }
+                        Op::Relocate { old, .. } => {
+                            for node in old {
+                                release(w, node);
+                            }
                         }
                         Op::Clear(root) => {
                             // The cleared nodes still hold their copy-1
@@ -396,6 +411,11 @@ impl<N: Linked, W> RawTree<N, W> {
                         | Op::Discard(node) => {
                             // SAFETY: log pointers come from `NonNull`s.
                             release(w, unsafe { NonNull::new_unchecked(node) });
+                        }
+                        Op::Relocate { new, .. } => {
+                            for node in new {
+                                release(w, node);
+                            }
                         }
                         Op::Erase(_) | Op::Clear(_) | Op::Rebuild => {}
                     }
@@ -709,6 +729,51 @@ impl<'t, N: Linked> Txn<'t, N> {
         // readers are on copy 1; copy 0 holds only live nodes.
         unsafe { super::build::rebuild(&self.shared.heads[0].root, 0) };
         self.log.push(Op::Rebuild);
+        *self.shape = Shape::REBUILT;
+    }
+
+    /// Whether the commit would rebuild copy 0 ([`rebuild_due`]), so that a
+    /// front-end can do it its own way first ([`Txn::relocate`]).
+    pub(crate) fn rebuild_due(&self) -> bool {
+        rebuild_due(self.shape.updates, self.shape.deepest, self.len())
+    }
+
+    /// Whether copy 0 is in the balanced shape (no insert or erase since it
+    /// was last rebuilt, built or cleared).
+    pub(crate) fn balanced(&self) -> bool {
+        self.shape.updates == 0
+    }
+
+    /// Replaces every node of copy 0 with a copy of it, linked into the
+    /// balanced shape: `place(old)` gets the nodes in van Emde Boas order of
+    /// that shape ([`super::build::van_emde_boas`]) and returns their copies
+    /// in the same order, so that a front-end that allocates them at rising
+    /// addresses lays the tree out in that order (`addr_index/layout.rs`).
+    /// The old nodes are released on commit, the copies on rollback. A
+    /// rebuild and a move in one pass over the nodes.
+    ///
+    /// # Safety
+    /// `place` returns exactly one node per node it gets, each live, in no
+    /// tree, holding the same key, and staying allocated until released.
+    pub(crate) unsafe fn relocate(&mut self, place: impl FnOnce(&[NonNull<N>]) -> Vec<NonNull<N>>) {
+        self.start();
+        let root = &self.shared.heads[0].root;
+        // SAFETY: writer lock held: copy 0 holds only live nodes and only
+        // this transaction changes it.
+        let old = unsafe { nodes_in_order(root.load(Ordering::Relaxed), 0) };
+        let ranks = super::build::van_emde_boas(old.len());
+        let in_layout: Vec<NonNull<N>> = ranks.iter().map(|&k| old[k]).collect();
+        let copies = place(&in_layout);
+        assert_eq!(copies.len(), old.len(), "one copy per node");
+        let mut new = copies.clone();
+        for (&k, &c) in ranks.iter().zip(&copies) {
+            new[k] = c;
+        }
+        // SAFETY: seq odd (`start`): readers are on copy 1; the copies are
+        // live, distinct, in key order (each holds its original's key) and in
+        // no tree (caller).
+        unsafe { super::build::relink(&new, root, 0) };
+        self.log.push(Op::Relocate { old, new });
         *self.shape = Shape::REBUILT;
     }
 
