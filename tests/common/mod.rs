@@ -46,8 +46,17 @@ impl Rng {
 /// more than one execution and at least one in which a reader retried: a
 /// model that never raced proves nothing.
 pub(crate) fn loom_model(f: impl Fn() -> u64 + Sync + Send + 'static) {
+    loom_model_long(loom::model::Builder::new().max_branches, f);
+}
+
+/// [`loom_model`] for a model whose executions take up to `max_branches`
+/// scheduling points (loom's default is 1,000): one that rewrites many
+/// atomics in one write, such as a relocation of every node.
+#[cfg(latchtree_loom)]
+pub(crate) fn loom_model_long(max_branches: usize, f: impl Fn() -> u64 + Sync + Send + 'static) {
     use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
     let mut b = loom::model::Builder::new();
+    b.max_branches = max_branches;
     if b.preemption_bound.is_none() {
         b.preemption_bound = Some(2);
     }
