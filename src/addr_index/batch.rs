@@ -673,8 +673,12 @@ impl<T: Send + Sync + 'static> AddrIndex<T> {
     /// removes), so a caller needs it only to give lookups the balanced
     /// shape at once, e.g. after a burst of loads. Lookups in a freshly
     /// balanced index take a fixed number of steps (its height), with no
-    /// loop exit to mispredict. An index already in that shape (no insert
-    /// or remove since its last rebuild) is left alone: no write happens.
+    /// loop exit to mispredict. From 4096 ranges up, every rebuild also
+    /// moves the ranges into fresh memory in van Emde Boas order, so that a
+    /// lookup touches a few pages rather than one per level (the memory the
+    /// old places held is reused by later writes, never returned while the
+    /// index lives). An index already in that shape (no insert or remove
+    /// since its last rebuild) is left alone: no write happens.
     ///
     /// ```
     /// let index = latchtree::AddrIndex::new();

@@ -22,6 +22,15 @@
 //! largest tree it held: a move takes the lowest free nodes first
 //! (`Slab::alloc_run`), so the next one reuses the memory the last one
 //! freed.
+//!
+//! Measured (callgrind, a tree grown by 65 536 single inserts; `orders` at
+//! n = 262 144, 2-core VM): moving at every rebuild costs 7,000
+//! instructions an insert against 4,700 without moves (a third of the
+//! difference sorts the free list), and makes lookups 0.70–0.87× the
+//! previous ones in every growth order. Moving only every `len / 4`
+//! updates, and rebuilding in place in between, cost 5,500 but kept only
+//! 0.93× on randomly grown trees (their newer nodes lie anywhere), so every
+//! rebuild moves: inserts are rare next to lookups in this index's users.
 
 use super::slab::Fields;
 use super::{Node, Record, Slab};
