@@ -125,7 +125,8 @@ impl<M> RangeNode<M> {
 impl<M> Fields<M> {
     /// What `node` holds, read by the writer (its only writer).
     pub(crate) fn of(node: &RangeNode<M>) -> Self {
-        // Relaxed: the writer reads back its own stores.
+        // Relaxed: stores of this or an earlier write, ordered before this
+        // read by the writer lock.
         Fields {
             start: node.start.load(Ordering::Relaxed),
             end: node.end.load(Ordering::Relaxed),

@@ -271,8 +271,8 @@ impl<N: Linked, W> RawTree<N, W> {
     /// * `publish(copy, first, last)` runs for each copy once it holds its
     ///   final state and before readers are steered to it.
     /// * `release(writer, node)` receives each node that left the tree for
-    ///   good: the erased ones after a commit, or the added ones after a
-    ///   rollback. A node's memory must stay valid for readers that may
+    ///   good: the erased, replaced and relocated ones after a commit, or
+    ///   the added ones (and relocation copies) after a rollback. A node's memory must stay valid for readers that may
     ///   still stand on it (retire it through the epoch, or recycle it in
     ///   type-stable storage).
     pub(crate) fn write<R>(
@@ -674,7 +674,8 @@ impl<'t, N: Linked> Txn<'t, N> {
     ///
     /// # Safety
     /// `node` came from this transaction's `find` or `extreme` and was not
-    /// erased since.
+    /// erased, replaced or relocated since ([`Txn::relocate`] takes every
+    /// node out of copy 0).
     pub(crate) unsafe fn erase(&mut self, node: NonNull<N>) {
         self.start();
         self.shape.updates += 1;
@@ -753,8 +754,10 @@ impl<'t, N: Linked> Txn<'t, N> {
     /// rebuild and a move in one pass over the nodes.
     ///
     /// # Safety
-    /// `place` returns exactly one node per node it gets, each live, in no
-    /// tree, holding the same key, and staying allocated until released.
+    /// `place` returns exactly one node per node it gets, each live,
+    /// distinct, in no tree, holding the same key, and staying allocated
+    /// until released. Every node pointer taken from copy 0 before the call
+    /// is stale after it (its node left the tree).
     pub(crate) unsafe fn relocate(&mut self, place: impl FnOnce(&[NonNull<N>]) -> Vec<NonNull<N>>) {
         self.start();
         let root = &self.shared.heads[0].root;
@@ -765,6 +768,9 @@ impl<'t, N: Linked> Txn<'t, N> {
         let in_layout: Vec<NonNull<N>> = ranks.iter().map(|&k| old[k]).collect();
         let copies = place(&in_layout);
         assert_eq!(copies.len(), old.len(), "one copy per node");
+        // Room in the log first: nothing may fail between linking the copies
+        // and logging them (an unlogged copy would never be released).
+        self.log.reserve(1);
         let mut new = copies.clone();
         for (&k, &c) in ranks.iter().zip(&copies) {
             new[k] = c;
