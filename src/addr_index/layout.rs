@@ -7,14 +7,15 @@
 //! TLB miss (DESIGN §7b). So whenever a write leaves a large tree freshly
 //! rebuilt, it rebuilds it by moving every node into fresh slab memory
 //! in van Emde Boas order (`raw::build::van_emde_boas`): a subtree of 4 or 5
-//! levels then shares a 4 KiB page, and a lookup touches 4 or 5 pages.
+//! levels then shares a 4 KiB page, and a lookup touches 4 to 6 pages.
 //!
 //! The move is a rebuild that links copies instead of the nodes themselves
 //! (`Txn::relocate`): a copy of each node, with the same fields, allocated
 //! at rising addresses in van Emde Boas order, takes its place in copy 0,
 //! the log replays that on copy 1, and the old nodes go back to the free
-//! list once they left both copies, like any replaced node. It costs about
-//! what the rebuild in place it stands for costs. Readers see the
+//! list once they left both copies, like any replaced node. It walks the
+//! nodes once, as the rebuild in place it stands for does, but also copies
+//! them and sorts the free list (measured below). Readers see the
 //! old nodes or the new ones, each whole (`slab.rs`), and a reader that
 //! overlaps the move retries, as with any write. Records hold no node
 //! pointers (a module's nodes are found by address), so nothing else

@@ -143,6 +143,18 @@ impl Harness {
         }
     }
 
+    /// The nodes' addresses, in key order.
+    fn addrs(&self) -> Vec<usize> {
+        // SAFETY: as in `contains`.
+        unsafe {
+            self.tree.read(|view| {
+                let mut out = Vec::new();
+                view.walk(|n| out.push(core::ptr::from_ref(n).addr()))?;
+                Some(out)
+            })
+        }
+    }
+
     fn check(&self) {
         self.tree.check(|a, b| a.key < b.key).unwrap();
     }
@@ -560,14 +572,7 @@ fn relocation_moves_every_node_into_the_balanced_shape() {
     let h = Arc::new(Harness::new());
     let keys: Vec<u64> = (0..if cfg!(miri) { 40 } else { 500 }).collect();
     h.apply(&keys.iter().map(|&k| (true, k)).collect::<Vec<_>>(), None);
-    // SAFETY: nodes are freed only when the harness drops.
-    let before: Vec<usize> = unsafe {
-        h.tree.read(|view| {
-            let mut out = Vec::new();
-            view.walk(|n| out.push(core::ptr::from_ref(n).addr()))?;
-            Some(out)
-        })
-    };
+    let before = h.addrs();
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let reader = {
         let (h, stop) = (h.clone(), stop.clone());
@@ -593,16 +598,8 @@ fn relocation_moves_every_node_into_the_balanced_shape() {
     let (height, _, plan) = h.shape();
     assert_eq!(height, super::descent::balanced_height(keys.len()));
     assert_eq!(plan, super::descent::Descent::balanced(keys.len()));
-    // SAFETY: as above.
-    let after: Vec<usize> = unsafe {
-        h.tree.read(|view| {
-            let mut out = Vec::new();
-            view.walk(|n| out.push(core::ptr::from_ref(n).addr()))?;
-            Some(out)
-        })
-    };
     assert!(
-        after.iter().all(|a| !before.contains(a)),
+        h.addrs().iter().all(|a| !before.contains(a)),
         "a node was not replaced"
     );
 }

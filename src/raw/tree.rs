@@ -272,9 +272,10 @@ impl<N: Linked, W> RawTree<N, W> {
     ///   final state and before readers are steered to it.
     /// * `release(writer, node)` receives each node that left the tree for
     ///   good: the erased, replaced and relocated ones after a commit, or
-    ///   the added ones (and relocation copies) after a rollback. A node's memory must stay valid for readers that may
-    ///   still stand on it (retire it through the epoch, or recycle it in
-    ///   type-stable storage).
+    ///   the added ones (relocation copies included) after a rollback. A
+    ///   node's memory must stay valid for readers that may still stand on
+    ///   it (retire it through the epoch, or recycle it in type-stable
+    ///   storage).
     pub(crate) fn write<R>(
         &self,
         body: impl for<'b> FnOnce(&'b mut Txn<'b, N>, &'b mut W) -> R,
@@ -771,6 +772,8 @@ impl<'t, N: Linked> Txn<'t, N> {
         // Room in the log first: nothing may fail between linking the copies
         // and logging them (an unlogged copy would never be released).
         self.log.reserve(1);
+        // Back to key order; the clone's entries are placeholders, each
+        // overwritten once (the ranks are a permutation).
         let mut new = copies.clone();
         for (&k, &c) in ranks.iter().zip(&copies) {
             new[k] = c;
