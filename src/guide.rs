@@ -76,7 +76,10 @@
 //!    or its drop, on that thread, after its writer lock: never in a
 //!    handler, never in a reader. Writers never wait for sections;
 //!    `synchronize` does, for a caller that must know (say, before reusing
-//!    the memory a removed module's code lived in).
+//!    the memory a removed module's code lived in), and returns only once
+//!    that drop has finished, also when another thread's write runs it.
+//!    It waits for the readers that could see the value, not for later
+//!    ones: it is not a general barrier.
 //! 3. The value is freed when its last `Arc` goes: the index's, or the
 //!    caller's [`Removed`] and its clones.
 //! 4. A section left open keeps everything removed after it alive: keep

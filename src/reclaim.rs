@@ -618,6 +618,130 @@ impl<T> Limbo<T> {
     }
 }
 
+/// Drops that writers hand out as due under their lock and run after it,
+/// counted by *phase*, so that a caller can wait for every drop handed out
+/// before it began, on whichever thread runs it (issue 25, 1: a
+/// `synchronize` that found the limbo empty returned while another thread
+/// was still inside a removed value's `Drop`). The phase is read and
+/// flipped under the writer lock; a writer takes a [`DropTicket`] of the
+/// current phase for its due items and drops it after them, and
+/// [`Drops::flip`] starts a new phase so that the old one's count only
+/// falls (the kernel's SRCU, with the writer lock as the flip's order).
+#[derive(Debug, Default)]
+pub(crate) struct Drops {
+    /// The phase new tickets take (under the writer lock).
+    phase: usize,
+    /// Tickets outstanding per phase; made on first use (`new` is `const`,
+    /// and a ticket may outlive the tree when its drops are postponed).
+    counts: Option<std::sync::Arc<[crate::sync::AtomicUsize; 2]>>,
+}
+
+/// One writer's due drops in flight (see [`Drops`]): dropped after them.
+#[derive(Debug)]
+pub(crate) struct DropTicket {
+    counts: std::sync::Arc<[crate::sync::AtomicUsize; 2]>,
+    phase: usize,
+}
+
+/// A phase of [`Drops`] that no new ticket joins: [`wait`](PhaseEnd::wait)
+/// returns once its tickets are gone.
+#[derive(Debug)]
+pub(crate) struct PhaseEnd {
+    counts: std::sync::Arc<[crate::sync::AtomicUsize; 2]>,
+    phase: usize,
+}
+
+impl Drops {
+    crate::sync::const_fn_unless_loom! {
+        pub(crate) fn new() -> Self {
+            Drops { phase: 0, counts: None }
+        }
+    }
+
+    fn counts(&mut self) -> &std::sync::Arc<[crate::sync::AtomicUsize; 2]> {
+        self.counts.get_or_insert_with(|| {
+            std::sync::Arc::new([
+                crate::sync::AtomicUsize::new(0),
+                crate::sync::AtomicUsize::new(0),
+            ])
+        })
+    }
+
+    /// Under the writer lock, before handing out due items: the ticket to
+    /// drop once they are dropped.
+    pub(crate) fn ticket(&mut self) -> DropTicket {
+        let phase = self.phase;
+        let counts = std::sync::Arc::clone(self.counts());
+        // Relaxed: the writer lock orders it before a later `flip`, and a
+        // waiter reads the count after that flip (it took the lock too).
+        counts[phase].fetch_add(1, crate::sync::Ordering::Relaxed);
+        DropTicket { counts, phase }
+    }
+
+    /// Under the writer lock: new tickets take the other phase from now
+    /// on; returns the one that ended (none outstanding if nothing was
+    /// ever handed out).
+    pub(crate) fn flip(&mut self) -> Option<PhaseEnd> {
+        let counts = std::sync::Arc::clone(self.counts.as_ref()?);
+        let phase = self.phase;
+        self.phase ^= 1;
+        Some(PhaseEnd { counts, phase })
+    }
+}
+
+impl Drop for DropTicket {
+    fn drop(&mut self) {
+        // Release: pairs with the Acquire load in `PhaseEnd::wait`, so that
+        // the drops this ticket covered happen-before its return.
+        self.counts[self.phase].fetch_sub(1, crate::sync::Ordering::Release);
+    }
+}
+
+impl PhaseEnd {
+    /// Returns once every ticket of the ended phase was dropped (yielding
+    /// meanwhile). A thread inside a due drop of its own (a value's `Drop`
+    /// that calls `synchronize`) holds one of them: it would wait for
+    /// itself, so it returns at once (the caller's docs say so).
+    pub(crate) fn wait(self) {
+        if DUE_DROPS_HERE.with(Cell::get) > 0 {
+            return;
+        }
+        // Acquire: pairs with each ticket's Release decrement (all of them
+        // read-modify-writes, so reading the last one's value synchronizes
+        // with every earlier one).
+        while self.counts[self.phase].load(crate::sync::Ordering::Acquire) > 0 {
+            std::thread::yield_now();
+        }
+    }
+}
+
+impl DropTicket {
+    /// Runs `drops` (a writer's due items) and then ends the ticket, now or
+    /// (inside another write's scope) after the outermost write, with its
+    /// drops; marks this thread as inside due drops meanwhile.
+    pub(crate) fn run_after(self, drops: impl FnOnce() + 'static) {
+        after_outermost_write(move || {
+            DUE_DROPS_HERE.with(|d| d.set(d.get() + 1));
+            // Decremented also when a drop panics (they are caught one by
+            // one, but be sure).
+            struct Leave;
+            impl Drop for Leave {
+                fn drop(&mut self) {
+                    DUE_DROPS_HERE.with(|d| d.set(d.get() - 1));
+                }
+            }
+            let _leave = Leave;
+            drops();
+            drop(self);
+        });
+    }
+}
+
+std::thread_local! {
+    /// How many [`DropTicket`]s this thread is running the drops of.
+    static DUE_DROPS_HERE: Cell<usize> = const { Cell::new(0) };
+}
+
 /// What one round of a front-end's `flush` found, under its writer lock
 /// (a transaction that changes nothing): the limbo's job, whether items
 /// still wait, and whether anything was handed out as due.
@@ -629,9 +753,13 @@ pub(crate) struct FlushRound {
 
 /// A front-end's `flush`: runs `round` (one empty transaction that frees
 /// what is due and asks for the limbo's job) and the job, collecting
-/// [`FLUSH_COLLECTS`] times, until nothing waits, [`FLUSH_PATIENCE`] rounds
-/// in a row freed nothing (a guard held somewhere keeps the rest), or
-/// [`FLUSH_ROUNDS`] rounds ran. Inside another write's scope, one round,
+/// [`FLUSH_COLLECTS`] times, doubled for each round in a row that freed
+/// nothing, until nothing waits, more than [`FLUSH_PATIENCE`] rounds in a
+/// row freed nothing (a guard held somewhere keeps the rest), or
+/// [`FLUSH_ROUNDS`] rounds ran. So one call works through 8 × (16 + 32 +
+/// 64 + 128 + 256) = 3,968 bags of other code's garbage queued ahead of the
+/// tree's (a guard held elsewhere makes every flush spend those 496
+/// collections). Inside another write's scope, one round,
 /// whose work waits for that write's end.
 pub(crate) fn flush_limbo(reclaim: &Reclaimer, mut round: impl FnMut() -> FlushRound) {
     if in_writer_scope() {
@@ -646,12 +774,15 @@ pub(crate) fn flush_limbo(reclaim: &Reclaimer, mut round: impl FnMut() -> FlushR
     let mut idle = 0;
     for _ in 0..FLUSH_ROUNDS {
         let FlushRound { job, left, freed } = round();
-        if let Some(job) = job {
-            job.run_collecting(reclaim, FLUSH_COLLECTS);
-        }
         idle = if freed { 0 } else { idle + 1 };
-        if !left || idle == FLUSH_PATIENCE {
+        if !left || idle > FLUSH_PATIENCE {
             return;
+        }
+        if let Some(job) = job {
+            // Twice as many collections for each round in a row that freed
+            // nothing: other code's garbage may be queued ahead (issue 25,
+            // 3: ~2,000 bags took five flushes).
+            job.run_collecting(reclaim, FLUSH_COLLECTS << idle);
         }
     }
 }
@@ -661,12 +792,13 @@ pub(crate) fn flush_limbo(reclaim: &Reclaimer, mut round: impl FnMut() -> FlushR
 /// one more round takes what it announced; the rest lets through other
 /// garbage queued ahead of the announcement (a guard held elsewhere keeps
 /// all of it queued, and then every flush spends these rounds: a small
-/// bound keeps that cheap).
-const FLUSH_PATIENCE: usize = 6;
+/// bound keeps that affordable).
+const FLUSH_PATIENCE: usize = 5;
 
-/// Collections per [`flush_limbo`] round: crossbeam frees at most 8 sealed
-/// bags per collection, oldest first, so this lets each round work through
-/// up to 64 bags of other garbage queued ahead of the tree's.
+/// Collections in a [`flush_limbo`] round after one that freed something:
+/// crossbeam frees at most 8 sealed bags per collection, oldest first, so
+/// this lets such a round work through up to 64 bags of other garbage
+/// queued ahead of the tree's.
 const FLUSH_COLLECTS: usize = 8;
 
 /// The most rounds one [`flush_limbo`] runs (each frees a whole announced

@@ -1057,3 +1057,190 @@ fn payloads_are_built_per_object_and_dropped_when_forgotten() {
         "every payload dropped once"
     );
 }
+
+// ------------------------------------------------------------- issue 25
+
+/// The `.eh_frame` section of `file` (its address, its size), read with
+/// the `object` crate.
+fn file_eh_frame(file: &Path) -> Option<(u64, u64)> {
+    use object::ObjectSection;
+    let data = std::fs::read(file).ok()?;
+    let file = object::File::parse(&*data).ok()?;
+    let s = file.section_by_name(".eh_frame")?;
+    Some((s.address(), s.size()))
+}
+
+/// `ObjectInfo::eh_frame`, found in memory from the header and the
+/// records, is the file's `.eh_frame` section, for every object with a
+/// file; the vDSO's lies in its image.
+#[test]
+fn eh_frame_agrees_with_the_file() {
+    let _serial = serial();
+    let objects = LoadedObjects::new();
+    objects.refresh();
+    let mut checked = 0;
+    for o in objects.objects() {
+        let info = o.info();
+        if info.kind() == ObjectKind::Vdso {
+            let e = info.eh_frame().expect("the vDSO has an .eh_frame");
+            assert!(info.image().start <= e.start && e.end <= info.image().end);
+            continue;
+        }
+        let Some((address, size)) = file_eh_frame(info.path()) else {
+            continue;
+        };
+        let e = info.eh_frame().expect("an .eh_frame_hdr points at it");
+        // The walk ends at the terminator: the section's end, or before
+        // padding the linker put after it.
+        assert_eq!(e.start, info.bias() + address, "{}", info.path().display());
+        assert!(
+            e.end <= info.bias() + address + size && e.end + 16 > info.bias() + address + size,
+            "{}: {e:x?} against {size:#x} bytes",
+            info.path().display()
+        );
+        checked += 1;
+    }
+    assert!(checked >= 2, "the program and libc at least");
+}
+
+/// Issue 25, 2: a payload builder that calls back into its own
+/// `LoadedObjects` (every query) no longer deadlocks the refresh.
+#[test]
+fn a_payload_builder_may_query_its_own_index() {
+    static OBJECTS: LoadedObjects<usize> = LoadedObjects::with_payload(build);
+    fn build(info: &latchtree::ObjectInfo) -> usize {
+        let known = OBJECTS.objects().len() + OBJECTS.unloaded_count() + OBJECTS.loaded_count();
+        let _ = OBJECTS.object(ModuleId::from_raw(1));
+        assert!(!OBJECTS.forget(ModuleId::from_raw(u64::MAX)));
+        let _ = OBJECTS.stats();
+        known + info.segments().len()
+    }
+    let _serial = serial();
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let refresh = OBJECTS.refresh();
+        done_tx.send(refresh.added.len()).unwrap();
+    });
+    let added = done_rx
+        .recv_timeout(std::time::Duration::from_secs(30))
+        .expect("refresh deadlocked in a builder that queries its index");
+    assert!(added >= 2);
+    assert_eq!(OBJECTS.loaded_count(), added);
+}
+
+/// The first bytes of the page holding `addr`, if it is mapped (`mincore`
+/// says so without touching it).
+fn is_mapped(addr: u64) -> bool {
+    let page = page_size();
+    let mut vec = [0u8; 1];
+    // SAFETY: `mincore` only looks the page up; `vec` holds one entry.
+    let r = unsafe {
+        libc::mincore(
+            std::ptr::without_provenance_mut((addr & !(page - 1)) as usize),
+            page as usize,
+            vec.as_mut_ptr(),
+        )
+    };
+    r == 0
+}
+
+/// What the builder below saw for the library it `dlclose`d.
+static CLOSED_IN_BUILD: Mutex<Option<(bool, u8)>> = Mutex::new(None);
+/// The `dlopen` handle that builder closes, and the path it is for.
+static TO_CLOSE: Mutex<Option<(usize, PathBuf)>> = Mutex::new(None);
+
+/// Issue 25, 6: the library is `dlclose`d (the last user reference) while
+/// its payload is built; the refresh's own loader reference keeps it
+/// mapped, so a builder that copies its tables reads mapped memory.
+#[test]
+fn a_payload_builder_reads_a_library_closed_meanwhile() {
+    fn build(info: &latchtree::ObjectInfo) {
+        let mut to_close = TO_CLOSE.lock().unwrap();
+        if to_close.as_ref().is_none_or(|(_, p)| p != info.path()) {
+            return;
+        }
+        let (handle, _) = to_close.take().unwrap();
+        let handle = std::ptr::with_exposed_provenance_mut(handle);
+        // SAFETY: the test's own handle, closed once; nothing of the
+        // library is used through it afterwards.
+        let closed = unsafe { libc::dlclose(handle) };
+        assert_eq!(closed, 0);
+        let hdr = info.eh_frame_hdr().unwrap();
+        let mapped = is_mapped(hdr.start);
+        let version = if mapped {
+            // SAFETY: the header's first byte, on a page `mincore` found
+            // mapped, which the refresh's own reference keeps mapped.
+            unsafe { *(hdr.start as *const u8) }
+        } else {
+            0
+        };
+        *CLOSED_IN_BUILD.lock().unwrap() = Some((mapped, version));
+    }
+    let _serial = serial();
+    let Some(lib) = TempLibrary::new(b"libclosedinbuild.so") else {
+        return;
+    };
+    let objects: LoadedObjects<()> = LoadedObjects::with_payload(build);
+    let handle = lib.open();
+    let pc = handle.symbol(c"inflate");
+    *TO_CLOSE.lock().unwrap() = Some((handle.0.expose_provenance(), lib.path.clone()));
+    // Closed by the builder (`Handle` closes only through `close`).
+    let _ = handle;
+    objects.refresh();
+    assert_eq!(
+        *CLOSED_IN_BUILD.lock().unwrap(),
+        Some((true, 1)),
+        "the builder saw the library unmapped (or never ran for it)"
+    );
+    // The refresh let go of it after its batch: unloaded now, and the next
+    // refresh takes it out.
+    assert!(!is_mapped(pc), "the refresh kept a reference");
+    objects.refresh();
+    assert!(objects.lookup(pc).is_none());
+}
+
+/// Issue 25, 4: after `dlclose` and before the next refresh a handler
+/// section still finds the object, and its in-place tables are unmapped:
+/// the docs say so, and a payload that copied them at build time (while
+/// the refresh held the object) is what a handler reads.
+#[test]
+fn after_dlclose_a_handler_reads_the_payloads_copy_not_the_unmapped_tables() {
+    struct Tables {
+        eh_frame_hdr: Vec<u8>,
+    }
+    fn build(info: &latchtree::ObjectInfo) -> Tables {
+        let hdr = info.eh_frame_hdr().unwrap_or(0..0);
+        // SAFETY: the refresh holds the object loaded while it builds; the
+        // range lies inside a readable segment.
+        let bytes = unsafe {
+            std::slice::from_raw_parts(
+                std::ptr::with_exposed_provenance::<u8>(hdr.start as usize),
+                (hdr.end - hdr.start) as usize,
+            )
+        };
+        Tables {
+            eh_frame_hdr: bytes.to_vec(),
+        }
+    }
+    let _serial = serial();
+    let Some(lib) = TempLibrary::new(b"libcopied.so") else {
+        return;
+    };
+    let objects: LoadedObjects<Tables> = LoadedObjects::with_payload(build);
+    let handle = lib.open();
+    let pc = handle.symbol(c"inflate");
+    objects.refresh();
+    handle.close();
+    let section = objects.handler_section();
+    let object = section.lookup(pc).expect("indexed until the next refresh");
+    let hdr = object.info().eh_frame_hdr().unwrap();
+    assert!(!is_mapped(hdr.start), "dlclose unmapped the library");
+    assert_eq!(object.payload().eh_frame_hdr.first(), Some(&1), "the copy");
+    assert_eq!(
+        object.payload().eh_frame_hdr.len() as u64,
+        hdr.end - hdr.start
+    );
+    drop(section);
+    objects.refresh();
+    assert!(objects.lookup(pc).is_none());
+}

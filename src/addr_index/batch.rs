@@ -29,7 +29,7 @@ use super::slab::Fields;
 use super::types::{ModuleId, ModuleMeta, RawHit, Removed, Segment, Segments};
 use super::{AddrIndex, Ending, Node, Writer};
 use crate::raw::{Dir, Slot, Txn};
-use crate::reclaim::{JobSlot, WriterScope};
+use crate::reclaim::{DropTicket, JobSlot, WriterScope};
 use crate::sync::Ordering;
 use core::cell::Cell;
 use core::fmt;
@@ -449,14 +449,22 @@ fn fields<T>(r: &Record<T>, s: &Segment) -> Fields<Record<T>> {
 struct Reclaiming<'a, T: 'static> {
     index: &'a AddrIndex<T>,
     due: Vec<Garbage<T>>,
+    /// Taken under the lock with the due items, dropped after them: what a
+    /// `synchronize` on another thread waits for (`reclaim::Drops`).
+    ticket: Option<DropTicket>,
     job: JobSlot,
 }
 
 impl<T: 'static> Drop for Reclaiming<'_, T> {
     fn drop(&mut self) {
-        for g in self.due.drain(..) {
-            // SAFETY: handed out by the limbo once, its grace period passed.
-            unsafe { g.free() };
+        let due = core::mem::take(&mut self.due);
+        if let Some(ticket) = self.ticket.take() {
+            ticket.run_after(move || {
+                for g in due {
+                    // SAFETY: handed out by the limbo once, its grace period passed.
+                    unsafe { g.free() };
+                }
+            });
         }
         if let Some(job) = self.job.take() {
             job.run(&self.index.reclaim);
@@ -480,6 +488,7 @@ impl<T: 'static> AddrIndex<T> {
         let mut reclaiming = Reclaiming {
             index: self,
             due: Vec::new(),
+            ticket: None,
             job: JobSlot::default(),
         };
         let r = {
@@ -489,7 +498,9 @@ impl<T: 'static> AddrIndex<T> {
             // (`reclaim::WriterScope`).
             let _scope = WriterScope::enter();
             let end = Cell::new(Ending::Rollback);
-            let Reclaiming { due, job, .. } = &mut reclaiming;
+            let Reclaiming {
+                due, ticket, job, ..
+            } = &mut reclaiming;
             // The body and the release hook share the job through the cell.
             let job = &*job;
             self.tree.write(
@@ -502,6 +513,9 @@ impl<T: 'static> AddrIndex<T> {
                         let period = w.limbo.next_period();
                         let sections = w.clock.poll(&self.sections, period, waiting);
                         w.limbo.begin(sections, |g| due.push(g), j);
+                        if !due.is_empty() {
+                            *ticket = Some(w.drops.ticket());
+                        }
                         for t in &self.tables {
                             t.take_replaced(|a| w.limbo.retire(Garbage::Array(a), j));
                         }
@@ -596,7 +610,12 @@ impl<T: Send + Sync + 'static> AddrIndex<T> {
     /// [when a removed value is
     /// dropped](AddrIndex#when-a-removed-value-is-dropped)). Cheap when
     /// nothing waits. When no guard is held and no section is open, one call
-    /// drops everything.
+    /// drops everything, also with up to 3,968 bags of other code's garbage
+    /// queued in crossbeam's collector ahead of it (past that, a call may
+    /// return with values still held: [`synchronize`](AddrIndex::synchronize)
+    /// keeps going). A value that another thread's write took out of the
+    /// index just before may still be being dropped over there when this
+    /// returns; `synchronize` waits for that too.
     ///
     /// # Panics
     /// If called inside a [`write`](AddrIndex::write) of this index.
@@ -621,17 +640,29 @@ impl<T: Send + Sync + 'static> AddrIndex<T> {
     }
 
     /// Waits until the index has let go of every value removed or replaced
-    /// before the call: until every [`HandlerSection`](crate::HandlerSection)
-    /// open on another thread when it was removed has closed, and every
-    /// guard pinned before the call is dropped; then drops them (as
+    /// before the call, and its reference's drop has finished, on whichever
+    /// thread ran it (another thread's write may be running it: this waits
+    /// for that too). It waits for the readers that could still see such a
+    /// value: the guards pinned and the
+    /// [`HandlerSection`](crate::HandlerSection)s open (on another thread)
+    /// when it was removed; then drops what is left (as
     /// [`flush`](AddrIndex::flush) does). For a caller that must know, e.g.
     /// before unmapping the code a removed module described. Writes never
     /// wait like this; this is the one call that blocks on readers.
     ///
+    /// It is not a general barrier: a guard pinned, or a section opened,
+    /// after the removal cannot see the value, and may or may not be waited
+    /// for (crossbeam's epoch and the sections' drains move in steps). Nor
+    /// does it wait for other references to the value (a [`Removed`] you
+    /// keep, clones of the `Arc`).
+    ///
     /// # Deadlocks
-    /// Never returns while this thread holds a guard or has a section open,
-    /// or while another thread keeps one for good; never call it from a
-    /// signal handler or inside a [`write`](AddrIndex::write) closure.
+    /// Never returns while this thread holds a guard or has a section open
+    /// from before a removal it waits for, or while another thread keeps
+    /// one for good; never call it from a signal handler or inside a
+    /// [`write`](AddrIndex::write) closure. Called from the `Drop` of a
+    /// value this index dropped, it does not wait for the drops in flight
+    /// (its own is one of them).
     ///
     /// ```
     /// use std::sync::Arc;
@@ -660,9 +691,25 @@ impl<T: Send + Sync + 'static> AddrIndex<T> {
             self.flush();
             let (oldest, _) = self.transact(|_, w, _| w.limbo.oldest());
             if oldest.is_none_or(|p| p >= before) {
-                return;
+                break;
             }
             std::thread::yield_now();
+        }
+        self.wait_for_drops();
+    }
+
+    /// Waits until the drops that writes (on any thread) took out of the
+    /// limbo before the call have run: what was removed before and is no
+    /// longer waiting is then gone (issue 25, 1). Two phase flips: a write
+    /// that took its items before the first may hold a ticket of either
+    /// phase (another caller may have flipped before). Never waits for a
+    /// reader.
+    pub(crate) fn wait_for_drops(&self) {
+        for _ in 0..2 {
+            let (ended, _) = self.transact(|_, w, _| w.drops.flip());
+            if let Some(ended) = ended {
+                ended.wait();
+            }
         }
     }
 

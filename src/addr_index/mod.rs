@@ -28,7 +28,7 @@ pub use handler::HandlerSection;
 pub use types::{Hit, ModuleId, ModuleMeta, ModuleRef, RawHit, Removed, Segment};
 
 use crate::raw::{RawTree, View};
-use crate::reclaim::{Limbo, Reclaimer};
+use crate::reclaim::{Drops, Limbo, Reclaimer};
 use crate::section::{SectionClock, Sections};
 use crate::sync::{AtomicU64, Ordering};
 use core::fmt;
@@ -53,6 +53,8 @@ struct Writer<T> {
     limbo: Limbo<Garbage<T>>,
     /// The handler sections' grace period (`crate::section`).
     clock: SectionClock,
+    /// Due drops in flight after a write's lock (`synchronize` waits).
+    drops: Drops,
 }
 
 /// An address-range index: non-overlapping `[start, end)` ranges of `u64`
@@ -221,8 +223,12 @@ struct Writer<T> {
 /// `tests/reclaim_bound.rs`): while no guard is held on any thread, after
 /// every write at most 64 removed values are still held by the index
 /// besides those the last 16 writes removed, whatever the writes; one
-/// `flush` lets go of all of them. A guard held somewhere keeps what it may
-/// see, and what was removed after it, until it is dropped.
+/// `flush` lets go of all of them, also with up to 3,968 bags of other
+/// code's garbage queued in crossbeam's collector ahead of them
+/// (`tests/addr_index_flush_backlog.rs`; past that, call it again, or
+/// [`synchronize`](AddrIndex::synchronize), which keeps going). A guard
+/// held somewhere keeps what it may see, and what was removed after it,
+/// until it is dropped.
 ///
 /// The value itself is dropped when the last `Arc` goes: the index's, the
 /// caller's [`Removed`], or a clone the caller kept. Values of rejected
@@ -274,6 +280,7 @@ impl<T> AddrIndex<T> {
                     retired: Vec::new(),
                     limbo: Limbo::new(),
                     clock: SectionClock::new(),
+                    drops: Drops::new(),
                 }),
                 bounds: [
                     CopyBounds([AtomicU64::new(u64::MAX), AtomicU64::new(0)]),

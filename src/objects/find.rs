@@ -67,6 +67,13 @@ pub struct UnindexedObject {
     pub eh_frame_hdr: Option<u64>,
 }
 
+/// Whether [`resolve`] found `_dl_find_object`.
+pub(crate) fn available() -> bool {
+    // Acquire: as in `find`.
+    let word = FIND.load(Ordering::Acquire);
+    !word.is_null() && word != ABSENT
+}
+
 /// `_dl_find_object(pc)`, if [`resolve`] found it. Async-signal-safe.
 pub(crate) fn find(pc: u64) -> Option<UnindexedObject> {
     // Acquire: pairs with the Release store in `resolve`.

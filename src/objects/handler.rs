@@ -53,9 +53,15 @@ impl<'s, P> HandlerObject<'s, P> {
         self.hit
     }
 
-    /// The object's info: path, bias, segments, build id, and what an
-    /// unwinder reads in place ([`ObjectInfo::eh_frame_hdr`],
-    /// [`sframe`](ObjectInfo::sframe), [`image`](ObjectInfo::image)).
+    /// The object's info: path, bias, segments, build id, and where its
+    /// unwind tables were mapped ([`ObjectInfo::eh_frame_hdr`],
+    /// [`eh_frame`](ObjectInfo::eh_frame), [`sframe`](ObjectInfo::sframe),
+    /// [`image`](ObjectInfo::image)). The info itself is always readable;
+    /// the memory those ranges name is not: a section finds an object until
+    /// the refresh after its `dlclose`, and by then its pages may be gone.
+    /// A handler reads the tables its payload copied at build time
+    /// (the object is held mapped while the builder runs), never the ranges
+    /// in place.
     pub fn info(&self) -> &'s ObjectInfo {
         &self.entry.info
     }

@@ -1,111 +1,14 @@
-//! What the index knows of one loaded object: [`ObjectInfo`] and its
-//! [`LoadSegment`]s.
+//! What the index knows of one loaded object: [`ObjectInfo`], made from
+//! what a scan found ([`Scanned`]).
 
 use super::note::BuildId;
 use super::problem::ProblemKind;
 use super::scan::{Scanned, Unwind};
+use super::segment::{LoadSegment, ObjectKind};
 use core::ops::Range;
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
-
-/// `p_flags` bit: the segment is executable.
-pub(crate) const PF_X: u32 = 1;
-/// `p_flags` bit: the segment is writable.
-pub(crate) const PF_W: u32 = 2;
-/// `p_flags` bit: the segment is readable.
-pub(crate) const PF_R: u32 = 4;
-
-/// Which kind of object this is; it decides how [`ObjectInfo::path`] was
-/// found.
-///
-/// ```
-/// # #[cfg(target_os = "linux")] {
-/// use latchtree::{LoadedObjects, ObjectKind};
-/// let objects = LoadedObjects::new();
-/// objects.refresh();
-/// let main = objects.lookup(main as *const () as u64).unwrap();
-/// assert_eq!(objects.object(main.id()).unwrap().info().kind(), ObjectKind::MainProgram);
-/// # }
-/// ```
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum ObjectKind {
-    /// The program the kernel started (`dl_iterate_phdr` gives it no name on
-    /// glibc). Its path is where `/proc/self/exe` points.
-    MainProgram,
-    /// The kernel's virtual dynamic shared object. It has no file; its path
-    /// is `[vdso]`, as in `/proc/self/maps`, and its image is in memory.
-    Vdso,
-    /// Anything else: the dynamic loader, shared libraries (also those
-    /// `dlopen`ed later). Its path is the loader's name for it.
-    Library,
-}
-
-/// One `PT_LOAD` segment of a loaded object: exactly the bytes the program
-/// header describes (`[bias + p_vaddr, bias + p_vaddr + p_memsz)`), not
-/// rounded to pages.
-///
-/// ```
-/// use latchtree::LoadSegment;
-/// let text = LoadSegment { range: 0x7f00_1000..0x7f00_3000, flags: 0b101, file_offset: 0x1000, file_size: 0x2000 };
-/// assert!(text.is_executable() && text.is_readable() && !text.is_writable());
-/// assert_eq!(text.link_range(0x7f00_0000), 0x1000..0x3000);
-/// ```
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct LoadSegment {
-    /// Run-time addresses: `bias + p_vaddr .. bias + p_vaddr + p_memsz`.
-    pub range: Range<u64>,
-    /// `p_flags`: `PF_X` (1), `PF_W` (2), `PF_R` (4).
-    pub flags: u32,
-    /// `p_offset`: where the segment's bytes start in the file.
-    pub file_offset: u64,
-    /// `p_filesz`: how many of its bytes come from the file (the rest, up to
-    /// its memory size, is zero-filled).
-    pub file_size: u64,
-}
-
-impl LoadSegment {
-    /// Whether `PF_X` is set.
-    ///
-    /// ```
-    /// let s = latchtree::LoadSegment { range: 0..1, flags: 1, file_offset: 0, file_size: 1 };
-    /// assert!(s.is_executable());
-    /// ```
-    pub fn is_executable(&self) -> bool {
-        self.flags & PF_X != 0
-    }
-
-    /// Whether `PF_W` is set.
-    ///
-    /// ```
-    /// let s = latchtree::LoadSegment { range: 0..1, flags: 6, file_offset: 0, file_size: 1 };
-    /// assert!(s.is_writable());
-    /// ```
-    pub fn is_writable(&self) -> bool {
-        self.flags & PF_W != 0
-    }
-
-    /// Whether `PF_R` is set.
-    ///
-    /// ```
-    /// let s = latchtree::LoadSegment { range: 0..1, flags: 4, file_offset: 0, file_size: 1 };
-    /// assert!(s.is_readable());
-    /// ```
-    pub fn is_readable(&self) -> bool {
-        self.flags & PF_R != 0
-    }
-
-    /// The segment at link-time addresses (`p_vaddr .. p_vaddr + p_memsz`),
-    /// given the object's load bias.
-    ///
-    /// ```
-    /// let s = latchtree::LoadSegment { range: 0x5000..0x5800, flags: 4, file_offset: 0, file_size: 0x800 };
-    /// assert_eq!(s.link_range(0x4000), 0x1000..0x1800);
-    /// ```
-    pub fn link_range(&self, bias: u64) -> Range<u64> {
-        self.range.start.wrapping_sub(bias)..self.range.end.wrapping_sub(bias)
-    }
-}
 
 /// One loaded ELF object as a refresh found it: what a profiler needs to
 /// symbolize its samples later, here or offline (path, load bias, segments,
@@ -203,7 +106,8 @@ impl ObjectInfo {
     /// segment, at run-time addresses), if it has one inside a readable
     /// loaded segment: what a DWARF unwinder (or `_dl_find_object`'s
     /// `dlfo_eh_frame`) starts from. Read from the program headers in
-    /// memory, so the vDSO has it too.
+    /// memory, so the vDSO has it too. Readable only while the object is
+    /// loaded (see [`eh_frame`](ObjectInfo::eh_frame)).
     ///
     /// ```
     /// let objects = latchtree::LoadedObjects::new();
@@ -220,9 +124,36 @@ impl ObjectInfo {
         self.unwind.eh_frame_hdr.clone()
     }
 
+    /// Where the object's `.eh_frame` section is mapped, with its length:
+    /// found from the `.eh_frame_hdr` (its encoded `eh_frame_ptr`) and the
+    /// section's records (walked to the zero terminator, within a readable
+    /// loaded segment), in memory at refresh time. What a DWARF unwinder
+    /// reads CIEs and FDEs from; `None` without a header, or with one this
+    /// crate cannot decode.
+    ///
+    /// Like every range here it is an address range in the object's
+    /// mapping: readable only while the object is loaded. A refresh keeps
+    /// the object loaded while it builds payloads, so a payload builder may
+    /// copy the tables; a signal handler must read that copy, not this
+    /// range (the object may have been `dlclose`d since the last refresh).
+    ///
+    /// ```
+    /// let objects = latchtree::LoadedObjects::new();
+    /// objects.refresh();
+    /// let hit = objects.lookup(main as *const () as u64).unwrap();
+    /// let info = objects.object(hit.id()).unwrap().info().clone();
+    /// let eh_frame = info.eh_frame().expect("Rust programs have unwind tables");
+    /// assert!(info.image().start <= eh_frame.start && eh_frame.end <= info.image().end);
+    /// assert!(eh_frame.end - eh_frame.start >= 4, "at least a terminator");
+    /// ```
+    pub fn eh_frame(&self) -> Option<Range<u64>> {
+        self.unwind.eh_frame.clone()
+    }
+
     /// Where the object's `.sframe` section is mapped (its `PT_GNU_SFRAME`
     /// segment), if it has one: SFrame stack-trace data (binutils 2.41 and
-    /// later, where the object was built with `--gsframe`).
+    /// later, where the object was built with `--gsframe`). Readable only
+    /// while the object is loaded (see [`eh_frame`](ObjectInfo::eh_frame)).
     pub fn sframe(&self) -> Option<Range<u64>> {
         self.unwind.sframe.clone()
     }
@@ -230,7 +161,8 @@ impl ObjectInfo {
     /// The object's mapped image: from its lowest `PT_LOAD` start rounded
     /// down to a page to its highest end rounded up, at run-time addresses.
     /// An unwinder given the image (the vDSO has no file) reads section
-    /// data from here.
+    /// data from here, while the object is loaded: in a payload builder,
+    /// not in a signal handler (see [`eh_frame`](ObjectInfo::eh_frame)).
     pub fn image(&self) -> Range<u64> {
         self.unwind.image.clone()
     }

@@ -13,29 +13,34 @@
 //!   object, and the refresh that applies a scan's diff as one batch.
 
 mod diff;
+mod eh_frame;
 mod find;
 mod handler;
+mod hold;
 mod info;
 mod note;
 mod problem;
 mod scan;
+mod segment;
 #[cfg(test)]
 mod tests;
 
 pub use find::UnindexedObject;
 pub use handler::{HandlerObject, ObjectsSection};
-pub use info::{LoadSegment, ObjectInfo, ObjectKind};
+pub use info::ObjectInfo;
 pub use note::{BuildId, NoteError};
 pub use problem::{Problem, ProblemKind};
 pub use scan::LoadCounters;
+pub use segment::{LoadSegment, ObjectKind};
 
+use crate::addr_index::{AddrIndex, InsertError, ModuleId, ModuleMeta, RawHit, Removed, Segment};
 use crate::sync::{Mutex, const_fn_unless_loom, lock};
-use crate::{AddrIndex, InsertError, ModuleId, ModuleMeta, RawHit, Removed, Segment};
 use core::fmt;
 use core::ops::Range;
 use diff::{Diff, diff};
-use info::PF_X;
+use hold::LoaderRef;
 use scan::{Scan, Scanned};
+use segment::PF_X;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -98,8 +103,12 @@ use std::sync::Arc;
 /// loader's lock, the other order) while another thread may refresh too.
 pub struct LoadedObjects<P: 'static = ()> {
     index: AddrIndex<Entry<P>>,
+    /// Held by a refresh throughout (one at a time), also while payloads
+    /// are built, when `state` is not.
+    refreshing: Mutex<()>,
     state: Mutex<State<P>>,
-    /// Builds an object's payload (run by `refresh`, before its write).
+    /// Builds an object's payload (run by `refresh`, with no lock of this
+    /// index held but `refreshing`, before its write).
     build: fn(&ObjectInfo) -> P,
 }
 
@@ -110,8 +119,9 @@ struct Entry<P> {
     payload: P,
 }
 
-/// What a refresh needs beyond the index; guarded by `LoadedObjects::state`,
-/// which also serializes refreshes.
+/// What a refresh needs beyond the index; guarded by `LoadedObjects::state`.
+/// Only refreshes (one at a time: `refreshing`) change anything but
+/// `unloaded`.
 #[derive(Debug)]
 struct State<P> {
     /// Whether a full scan has run.
@@ -320,8 +330,16 @@ impl<P: Send + Sync + 'static> LoadedObjects<P> {
         /// dropped (by a later refresh or [`forget`](LoadedObjects::forget),
         /// on that thread) once the object is unloaded, forgotten, and no
         /// section or guard can see it any more. `build` runs inside
-        /// `refresh`, on its thread, before the index's writer lock is
-        /// taken: it must not refresh this index.
+        /// `refresh`, on its thread, with no lock of this index held but the
+        /// one that serializes refreshes: it may call every method of this
+        /// index but `refresh`. While it runs, the refresh holds its own
+        /// loader reference on the object (`dlopen(RTLD_NOLOAD)`, let go
+        /// after the refresh's batch), so the object's memory stays mapped
+        /// even if another thread `dlclose`s it meanwhile: `build` may read
+        /// its tables ([`ObjectInfo::eh_frame`] and the others) in place,
+        /// and should copy what a signal handler will need, since the
+        /// object may be unloaded before the next refresh takes it out of
+        /// the index.
         ///
         /// ```
         /// use latchtree::{LoadedObjects, ObjectInfo};
@@ -343,6 +361,7 @@ impl<P: Send + Sync + 'static> LoadedObjects<P> {
             LoadedObjects {
                     build,
                 index: AddrIndex::new(),
+                refreshing: Mutex::new(()),
                 state: Mutex::new(State {
                     scanned: false,
                     counters: None,
@@ -404,63 +423,76 @@ impl<P: Send + Sync + 'static> LoadedObjects<P> {
     /// ```
     pub fn refresh(&self) -> Refresh {
         find::resolve();
-        let mut state = lock(&self.state);
-        if state.scanned {
-            let now = scan::load_counters();
-            if now.is_some() && now == state.counters {
-                return Refresh {
-                    counters: now,
-                    unchanged: self.index.module_count(),
-                    ..Refresh::default()
-                };
+        let _refreshing = lock(&self.refreshing);
+        {
+            let state = lock(&self.state);
+            if state.scanned {
+                let now = scan::load_counters();
+                if now.is_some() && now == state.counters {
+                    return Refresh {
+                        counters: now,
+                        unchanged: self.index.module_count(),
+                        ..Refresh::default()
+                    };
+                }
             }
         }
         let mut rejected = Vec::new();
-        let report = self.apply(&mut state, scan::scan(), &mut rejected);
-        drop(state);
+        let report = self.apply(scan::scan(), LoaderRef::hold, &mut rejected);
         drop(rejected);
         report
     }
 
-    /// The part of [`refresh`](Self::refresh) after the scan: diff, then
-    /// one batch. `state` is the locked `self.state`.
-    fn apply(&self, state: &mut State<P>, scan: Scan, rejected: &mut Vec<Entry<P>>) -> Refresh {
-        let Diff { added, removed, .. } = {
-            let guard = self.index.pin();
-            let indexed = self
-                .index
-                .modules(&guard)
-                .map(|m| (m.value().info.identity(), Known::Indexed(m.id())));
-            let left_out =
-                (state.left_out.iter().enumerate()).map(|(i, o)| (o.identity(), Known::LeftOut(i)));
-            diff(
-                indexed.chain(left_out),
-                scan.objects.iter().map(Scanned::identity),
-            )
-        };
+    /// The part of [`refresh`](Self::refresh) after the scan (the caller
+    /// holds `refreshing`): the diff (under `state`), the new objects'
+    /// infos and payloads (under no lock of this index but `refreshing`,
+    /// each object held by a loader reference from `hold`: issue 25, 2
+    /// and 6), then one batch (under `state` again).
+    fn apply(
+        &self,
+        scan: Scan,
+        hold: impl Fn(&ObjectInfo) -> Option<LoaderRef>,
+        rejected: &mut Vec<Entry<P>>,
+    ) -> Refresh {
         let mut report = Refresh {
             rescanned: true,
             counters: scan.counters,
             ..Refresh::default()
         };
-
-        // Gone objects that were never indexed: just forget them.
-        let mut gone = Vec::new();
-        for known in removed.iter().rev() {
-            match *known {
-                Known::Indexed(id) => gone.push(id),
-                Known::LeftOut(i) => drop(state.left_out.swap_remove(i)),
+        let (gone, added, mut retry) = {
+            let mut state = lock(&self.state);
+            let Diff { added, removed, .. } = {
+                let guard = self.index.pin();
+                let indexed = self
+                    .index
+                    .modules(&guard)
+                    .map(|m| (m.value().info.identity(), Known::Indexed(m.id())));
+                let left_out = (state.left_out.iter().enumerate())
+                    .map(|(i, o)| (o.identity(), Known::LeftOut(i)));
+                diff(
+                    indexed.chain(left_out),
+                    scan.objects.iter().map(Scanned::identity),
+                )
+            };
+            // Gone objects that were never indexed: just forget them.
+            let mut gone = Vec::new();
+            for known in removed.iter().rev() {
+                match *known {
+                    Known::Indexed(id) => gone.push(id),
+                    Known::LeftOut(i) => drop(state.left_out.swap_remove(i)),
+                }
             }
-        }
-        gone.reverse();
-        // Only refreshes write the index, and this one holds `state`.
+            gone.reverse();
+            (gone, added, core::mem::take(&mut state.rejected))
+        };
+        // Only refreshes write the index, and this one holds `refreshing`.
         report.unchanged = self.index.module_count() - gone.len();
 
         // New objects (and rejected ones, again): name them and look at
-        // their files now, outside the index's writer lock. An object
-        // rejected before is tried again as it was, with nothing reported.
-        let mut retry = core::mem::take(&mut state.rejected);
+        // their files now, outside every lock. An object rejected before is
+        // tried again as it was, with nothing reported.
         let mut objects: Vec<Option<Scanned>> = scan.objects.into_iter().map(Some).collect();
+        let mut left_out = Vec::new();
         let mut new = Vec::new();
         for i in added {
             let Some(scanned) = objects.get_mut(i).and_then(Option::take) else {
@@ -481,35 +513,48 @@ impl<P: Send + Sync + 'static> LoadedObjects<P> {
                 }
             };
             if info.segments().is_empty() {
-                state.left_out.push(info); // reported as NoLoadSegment
+                left_out.push(info); // reported as NoLoadSegment
                 continue;
             }
+            // Held until after the batch: the object stays mapped while its
+            // payload is built. Unloaded since the scan: not indexed (the
+            // next refresh does not see it either).
+            let Some(held) = hold(&info) else {
+                continue;
+            };
             let segments: Vec<Segment> = (info.segments().iter())
                 .map(|s| Segment {
                     range: s.range.clone(),
                     flags: s.flags,
                 })
                 .collect();
-            new.push((info, segments, quiet));
+            new.push((info, segments, quiet, held));
         }
         // The rejected objects still in `retry` are gone.
         drop(retry);
 
-        // One batch: removals first, so an object loaded where another was
-        // unloaded fits. What comes back (removed records, rejected values)
-        // is returned out of the closure, to be dropped outside the lock.
+        // The user's payloads, built here: no lock of this index held but
+        // `refreshing` (the builder may call every method but `refresh`).
         let infos: Vec<(Arc<ObjectInfo>, bool)> = (new.iter())
-            .map(|(info, _, quiet)| (Arc::clone(info), *quiet))
+            .map(|(info, _, quiet, _)| (Arc::clone(info), *quiet))
             .collect();
-        // The user's payloads, built here: no user code under the index's
-        // writer lock.
+        let mut held = Vec::with_capacity(new.len());
         let new: Vec<_> = new
             .into_iter()
-            .map(|(info, segments, _)| {
+            .map(|(info, segments, _, h)| {
+                held.push(h);
                 let payload = (self.build)(&info);
                 (Entry { info, payload }, segments)
             })
             .collect();
+
+        // One batch: removals first, so an object loaded where another was
+        // unloaded fits. What comes back (removed records, rejected values)
+        // is returned out of the closure, to be dropped outside the lock.
+        // Under `state`, so that `object` finds an object removed here in
+        // `unloaded` once it misses it in the index.
+        let mut state = lock(&self.state);
+        state.left_out.append(&mut left_out);
         let (removed, inserted) = self.index.write(|batch| {
             let removed: Vec<Removed<Entry<P>>> =
                 gone.iter().filter_map(|&id| batch.remove(id)).collect();
@@ -555,6 +600,10 @@ impl<P: Send + Sync + 'static> LoadedObjects<P> {
         }
         state.scanned = true;
         state.counters = report.counters;
+        drop(state);
+        // The loader references go last, with no lock of this index held: a
+        // `dlclose` that unloads an object runs its destructors here.
+        drop(held);
         report
     }
 
@@ -621,9 +670,10 @@ impl<P: Send + Sync + 'static> LoadedObjects<P> {
     }
 
     /// Forgets an unloaded object: its id resolves to nothing from now on,
-    /// and its info and payload are dropped (now, unless a guard or a
+    /// and its info and payload are dropped before it returns (also when a
+    /// refresh on another thread is dropping them), unless a guard or a
     /// handler section elsewhere can still see them: then by a later
-    /// refresh that changes the index, or when the index is dropped).
+    /// refresh that changes the index, or when the index is dropped.
     /// Returns whether it was an unloaded object not yet forgotten (a
     /// loaded object is not forgotten: `false`).
     ///
@@ -638,8 +688,11 @@ impl<P: Send + Sync + 'static> LoadedObjects<P> {
         let forgotten = removed.is_some();
         drop(removed);
         // The index's own reference to the object's info and payload goes
-        // too, unless a guard or handler section can still see it.
+        // too, unless a guard or handler section can still see it; and a
+        // refresh on another thread that took it out just before has
+        // finished dropping it (issue 25, 1).
         self.index.flush();
+        self.index.wait_for_drops();
         forgotten
     }
 
@@ -656,6 +709,7 @@ impl<P: Send + Sync + 'static> LoadedObjects<P> {
         let n = unloaded.len();
         drop(unloaded);
         self.index.flush(); // as in `forget`
+        self.index.wait_for_drops();
         n
     }
 

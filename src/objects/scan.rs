@@ -7,13 +7,14 @@
 //! ([`super::info`]), outside the loader's lock.
 //!
 //! Everything the callback decides is in [`parse_object`], a pure function
-//! over program headers and a [`NoteMemory`], so that odd input (no
+//! over program headers and a [`ObjectMemory`], so that odd input (no
 //! `PT_LOAD`, empty or overlapping segments, broken notes) is tested with
 //! synthetic headers.
 
-use super::info::{LoadSegment, ObjectKind};
+use super::eh_frame::eh_frame_of;
 use super::note::{BuildId, NoteError, find_build_id};
 use super::problem::ProblemKind;
+use super::segment::{LoadSegment, ObjectKind, ObjectMemory};
 use core::ops::Range;
 use std::ffi::{CStr, c_int, c_void};
 use std::{mem, ptr, slice};
@@ -99,22 +100,12 @@ impl Landmarks {
     }
 }
 
-/// Where [`parse_object`] reads note segments from.
-pub(crate) trait NoteMemory {
-    /// The `len` bytes at the run-time address `addr`, or `None` if they
-    /// cannot be had.
-    ///
-    /// # Safety
-    /// `addr..addr + len` must lie inside a readable `PT_LOAD` segment of
-    /// the object whose headers are being parsed, and that object must stay
-    /// loaded while the returned slice lives.
-    unsafe fn read(&self, addr: u64, len: usize) -> Option<&[u8]>;
-}
-
 /// What an unwinder needs to find an object's unwind tables in memory.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub(crate) struct Unwind {
     pub(crate) eh_frame_hdr: Option<Range<u64>>,
+    /// Found from the header, in memory, during the scan (`eh_frame`).
+    pub(crate) eh_frame: Option<Range<u64>>,
     pub(crate) sframe: Option<Range<u64>>,
     pub(crate) image: Range<u64>,
 }
@@ -155,7 +146,7 @@ pub(crate) unsafe fn parse_object(
     headers: &[ProgramHeader],
     first: bool,
     landmarks: Landmarks,
-    memory: &impl NoteMemory,
+    memory: &impl ObjectMemory,
 ) -> Scanned {
     let mut problems = Vec::new();
     let mut loads: Vec<LoadSegment> = Vec::new();
@@ -267,8 +258,15 @@ pub(crate) unsafe fn parse_object(
         }
         _ => 0..0,
     };
+    let eh_frame_hdr = table(PT_GNU_EH_FRAME);
+    // SAFETY: `eh_frame_of` reads only inside readable segments of
+    // `segments`, which lie inside the readable `PT_LOAD`s of `headers`,
+    // for which our caller makes `memory.read` sound.
+    let eh_frame =
+        (eh_frame_hdr.as_ref()).and_then(|h| unsafe { eh_frame_of(h, &segments, memory) });
     let unwind = Unwind {
-        eh_frame_hdr: table(PT_GNU_EH_FRAME),
+        eh_frame_hdr,
+        eh_frame,
         sframe: table(PT_GNU_SFRAME),
         image,
     };
@@ -335,7 +333,7 @@ struct Pass {
 /// Reads notes straight from this process's memory.
 struct LoadedMemory;
 
-impl NoteMemory for LoadedMemory {
+impl ObjectMemory for LoadedMemory {
     unsafe fn read(&self, addr: u64, len: usize) -> Option<&[u8]> {
         let addr = usize::try_from(addr).ok()?;
         // The address comes from the loader, not from a Rust allocation:

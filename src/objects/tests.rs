@@ -2,15 +2,16 @@
 //! and note memory. (The scan of this process's real objects is tested
 //! through the public API in `tests/objects.rs`.)
 
-use super::info::{ObjectInfo, ObjectKind};
+use super::hold::LoaderRef;
+use super::info::ObjectInfo;
 use super::note::{BuildId, NoteError};
 use super::problem::ProblemKind;
 use super::scan::{
-    Landmarks, NoteMemory, PT_GNU_EH_FRAME, PT_GNU_SFRAME, PT_LOAD, PT_NOTE, ProgramHeader, Scan,
-    Scanned, parse_object,
+    Landmarks, PT_GNU_EH_FRAME, PT_GNU_SFRAME, PT_LOAD, PT_NOTE, ProgramHeader, Scan, Scanned,
+    parse_object,
 };
+use super::segment::{ObjectKind, ObjectMemory};
 use super::{LoadedObjects, Refresh};
-use crate::sync::lock;
 use std::path::Path;
 
 // ------------------------------------------------------------- synthetic
@@ -21,7 +22,7 @@ struct FakeMemory {
     bytes: Vec<u8>,
 }
 
-impl NoteMemory for FakeMemory {
+impl ObjectMemory for FakeMemory {
     unsafe fn read(&self, addr: u64, len: usize) -> Option<&[u8]> {
         let start = usize::try_from(addr.checked_sub(self.base)?).ok()?;
         self.bytes.get(start..start.checked_add(len)?)
@@ -289,7 +290,8 @@ fn apply(objects: &LoadedObjects, scanned: &[&Scanned]) -> Refresh {
         objects: scanned.iter().map(|&s| s.clone()).collect(),
         counters: None,
     };
-    objects.apply(&mut lock(&objects.state), scan, &mut Vec::new())
+    // Synthetic objects are not loaded: nothing to hold.
+    objects.apply(scan, |_| Some(LoaderRef::none()), &mut Vec::new())
 }
 
 /// `(path, problem)` pairs of a refresh, the files' absence aside (none of

@@ -1,0 +1,97 @@
+//! A loader reference on an object while a refresh builds its payload
+//! (issue 25, finding 6): the user's builder may read the object's memory
+//! (its unwind tables), and a `dlclose` on another thread between the scan
+//! and the build would otherwise unmap it under the builder.
+//!
+//! `dlopen(name, RTLD_NOLOAD)` takes a reference on an object that is
+//! still loaded, and loads nothing (so it runs no constructor); the link
+//! map's load bias tells whether it is the object the scan saw or a new
+//! one loaded under the same name since.
+
+use super::info::ObjectInfo;
+use super::segment::ObjectKind;
+use core::ptr::NonNull;
+use std::ffi::{CString, c_int, c_void};
+
+/// The first field of the loader's public `struct link_map` (`<link.h>`,
+/// the same in glibc and musl): the load bias.
+#[repr(C)]
+struct LinkMap {
+    l_addr: usize,
+}
+
+/// `RTLD_DI_LINKMAP` (glibc and musl).
+const RTLD_DI_LINKMAP: c_int = 2;
+
+unsafe extern "C" {
+    // Declared here: the `libc` crate has it for glibc only, musl has it too.
+    fn dlinfo(handle: *mut c_void, request: c_int, info: *mut c_void) -> c_int;
+}
+
+/// A reference on a loaded object (none for the main program and the
+/// vDSO, which are never unmapped); `dlclose`d when dropped.
+#[derive(Debug)]
+pub(crate) struct LoaderRef(Option<NonNull<c_void>>);
+
+impl LoaderRef {
+    /// No reference (an object that is never unmapped, or not loaded at
+    /// all: the synthetic scans of the unit tests).
+    pub(crate) fn none() -> LoaderRef {
+        LoaderRef(None)
+    }
+
+    /// A reference on `info`'s object if it is still loaded as the scan saw
+    /// it (the same name and bias); an empty one if it is loaded but not
+    /// reachable by its name (another `dlmopen` namespace), or where the
+    /// loader cannot tell; `None` if it was unloaded since.
+    pub(crate) fn hold(info: &ObjectInfo) -> Option<LoaderRef> {
+        if let Some(held) = LoaderRef::take(info) {
+            return Some(held);
+        }
+        let start = info.segments().first()?.range.start;
+        match super::find::find(start) {
+            Some(o) => o.map.contains(&start).then_some(LoaderRef::none()),
+            // No `_dl_find_object` (musl, glibc before 2.35): as before
+            // this reference existed, index it.
+            None if !super::find::available() => Some(LoaderRef::none()),
+            None => None,
+        }
+    }
+
+    /// A reference on `info`'s object if it is still loaded as the scan saw
+    /// it (the same name and bias); `None` if it was unloaded since, or
+    /// cannot be opened by its name.
+    /// Blocks while another thread's `dlopen` runs (the loader's lock):
+    /// call it with no lock of the index held.
+    fn take(info: &ObjectInfo) -> Option<LoaderRef> {
+        if info.kind() != ObjectKind::Library {
+            return Some(LoaderRef::none());
+        }
+        let name = CString::new(info.loader_name().as_encoded_bytes()).ok()?;
+        // SAFETY: a NUL-terminated name; `RTLD_NOLOAD` loads nothing, so no
+        // constructor runs, and only adds a reference to a loaded object.
+        let handle = unsafe { libc::dlopen(name.as_ptr(), libc::RTLD_NOLOAD | libc::RTLD_LAZY) };
+        let handle = LoaderRef(Some(NonNull::new(handle)?));
+        let mut map: *mut LinkMap = core::ptr::null_mut();
+        let h = handle.0.map_or(core::ptr::null_mut(), NonNull::as_ptr);
+        // SAFETY: `h` is a handle we hold; `RTLD_DI_LINKMAP` stores a
+        // `struct link_map *` through the pointer it is given.
+        let ok = unsafe { dlinfo(h, RTLD_DI_LINKMAP, (&raw mut map).cast()) } == 0;
+        // SAFETY: the link map of an object we hold a reference on stays
+        // valid while we hold it; `l_addr` is its load bias.
+        let same = ok && !map.is_null() && unsafe { (*map).l_addr } as u64 == info.bias();
+        // Not the object the scan saw: dropping `handle` lets go of it.
+        same.then_some(handle)
+    }
+}
+
+impl Drop for LoaderRef {
+    fn drop(&mut self) {
+        if let Some(h) = self.0 {
+            // SAFETY: a handle `dlopen` gave us, closed once. The object may
+            // be unloaded now (its destructors run here, on this thread):
+            // the caller holds no lock of the index.
+            unsafe { libc::dlclose(h.as_ptr()) };
+        }
+    }
+}
