@@ -505,7 +505,7 @@ fn quiet_abort_panics() {
 
 proptest! {
     #![proptest_config(ProptestConfig {
-        cases: if cfg!(miri) { 4 } else { 256 },
+        cases: if cfg!(miri) { 3 } else { 256 },
         ..ProptestConfig::default()
     })]
 

@@ -296,7 +296,7 @@ fn run(ops: Vec<Op>) {
 
 proptest! {
     #![proptest_config(ProptestConfig {
-        cases: if cfg!(miri) { 4 } else { 256 },
+        cases: if cfg!(miri) { 3 } else { 256 },
         ..ProptestConfig::default()
     })]
 

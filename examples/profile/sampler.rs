@@ -44,52 +44,22 @@ unsafe fn mapped<'a>(range: Range<u64>) -> &'a [u8] {
     unsafe { std::slice::from_raw_parts(start, (range.end - range.start) as usize) }
 }
 
-/// The length of the `.eh_frame` records at the start of `bytes`: up to its
-/// zero terminator, or its last whole record.
-fn records_len(bytes: &[u8]) -> usize {
-    let word = |at: usize| Some(u32::from_le_bytes(bytes.get(at..at + 4)?.try_into().ok()?));
-    let mut at = 0;
-    while let Some(len) = word(at) {
-        let next = match len {
-            0 => return at + 4,
-            u32::MAX => None, // 64-bit lengths: not produced for x86_64/aarch64 ELF
-            len => (at + 4).checked_add(len as usize),
-        };
-        match next.filter(|&n| n <= bytes.len()) {
-            Some(n) => at = n,
-            None => break,
-        }
-    }
-    at
-}
-
 /// Builds the unwinder of one object from copies of its `.eh_frame_hdr`
-/// and the `.eh_frame` it points to.
+/// and `.eh_frame` (both found by the index, with their lengths).
 fn unwinder_for(info: &ObjectInfo) -> Unwind {
-    let hdr = info.eh_frame_hdr().filter(|h| h.end - h.start >= 8)?;
-    // SAFETY: the builder runs inside `refresh`, on the thread that also
-    // `dlopen`s and `dlclose`s here, so the object is loaded; its
-    // `.eh_frame_hdr` lies in a readable loaded segment (`ObjectInfo`'s
-    // promise), which the loader no longer writes.
-    let hdr_bytes: Box<[u8]> = unsafe { mapped(hdr.clone()) }.into();
-    // version 1, eh_frame_ptr encoded as DW_EH_PE_pcrel | DW_EH_PE_sdata4
-    if hdr_bytes[..2] != [1, 0x1b] {
-        return None;
-    }
-    let offset = i32::from_le_bytes(hdr_bytes[4..8].try_into().ok()?);
-    let eh_frame = (hdr.start + 4).wrapping_add_signed(offset.into());
-    let segment = info
-        .segment_of(eh_frame)
-        .filter(|s| s.is_readable() && !s.is_writable())?;
-    // SAFETY: as above, inside that read-only segment.
-    let rest = unsafe { mapped(eh_frame..segment.range.end) };
-    let eh_frame_bytes: Box<[u8]> = rest[..records_len(rest)].into();
+    let (hdr, eh_frame) = (info.eh_frame_hdr()?, info.eh_frame()?);
+    // SAFETY: the builder runs inside `refresh`, which holds the object
+    // loaded while it builds (even if another thread `dlclose`s it); both
+    // tables lie in its readable loaded segments (`ObjectInfo`'s promise),
+    // which the loader no longer writes.
+    let (hdr_bytes, eh_frame_bytes): (Box<[u8]>, Box<[u8]>) =
+        unsafe { (mapped(hdr.clone()).into(), mapped(eh_frame.clone()).into()) };
     let bias = info.bias();
     let svma =
         |start: u64, len: usize| start.wrapping_sub(bias)..start.wrapping_sub(bias) + len as u64;
     let sections = ExplicitModuleSectionInfo {
         eh_frame_hdr_svma: Some(svma(hdr.start, hdr_bytes.len())),
-        eh_frame_svma: Some(svma(eh_frame, eh_frame_bytes.len())),
+        eh_frame_svma: Some(svma(eh_frame.start, eh_frame_bytes.len())),
         eh_frame_hdr: Some(hdr_bytes),
         eh_frame: Some(eh_frame_bytes),
         ..Default::default()

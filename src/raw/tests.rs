@@ -183,7 +183,7 @@ fn random_ops_match_a_set_and_keep_invariants() {
     let mut model = BTreeSet::new();
     let mut s = 0x9e37_79b9_7f4a_7c15;
     let rounds = if cfg!(miri) { 150 } else { 5000 };
-    for _ in 0..rounds {
+    for round in 0..rounds {
         let key = xorshift(&mut s) % 64;
         let insert = !xorshift(&mut s).is_multiple_of(3);
         let changed = h.apply(&[(insert, key)], None)[0];
@@ -193,7 +193,11 @@ fn random_ops_match_a_set_and_keep_invariants() {
             model.remove(&key)
         };
         assert_eq!(changed, want);
-        h.check();
+        // The full check walks the tree: under Miri every fourth write
+        // (the writes themselves are what Miri is here for).
+        if !cfg!(miri) || round % 4 == 0 {
+            h.check();
+        }
         assert_eq!(h.tree.len(), model.len());
         assert_eq!(h.contains(key), model.contains(&key));
     }
@@ -439,7 +443,7 @@ fn a_cursor_goes_stale_after_a_write() {
 fn descent_plan_holds_through_random_batches_rollbacks_and_rebuilds() {
     let h = Harness::new();
     let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
-    for _ in 0..if cfg!(miri) { 60 } else { 3000 } {
+    for _ in 0..if cfg!(miri) { 36 } else { 3000 } {
         let len = (xorshift(&mut x) % 8) as usize + 1;
         let ops: Vec<(bool, u64)> = (0..len)
             .map(|_| (!xorshift(&mut x).is_multiple_of(3), xorshift(&mut x) % 200))
@@ -492,7 +496,9 @@ fn sequential_inserts_are_rebuilt_into_the_balanced_shape() {
         for i in 0..n {
             let k = if descending { n - i } else { i };
             h.apply(&[(true, k)], None);
-            h.check();
+            if !cfg!(miri) || i % 4 == 0 {
+                h.check();
+            }
             let len = i as usize + 1;
             let (height, depths, plan) = h.shape();
             let balanced = super::descent::balanced_height(len);
