@@ -238,6 +238,7 @@ unsafe fn drop_or_postpone<T>(ptr: NonNull<u8>) {
 /// assert_eq!(tree.get(&1, &guard), Some(&"one"));
 /// ```
 #[inline]
+#[must_use = "a guard protects only while it is held"]
 pub fn pin() -> Guard {
     // Release: pairs with the Acquire fence that ends crossbeam's epoch
     // advance (`Global::try_advance`, after it loads each participant's

@@ -132,6 +132,7 @@ impl<T> AddrIndex<T> {
     /// let id = index.insert(0..10, 'x').unwrap();
     /// assert_eq!(index.get(id, &index.pin()), Some(&'x'));
     /// ```
+    #[must_use = "a guard protects only while it is held"]
     pub fn pin(&self) -> Guard {
         self.reclaim.pin()
     }

@@ -388,6 +388,7 @@ impl<K, V> LatchTree<K, V> {
     /// let guard = tree.pin();
     /// assert_eq!(tree.get(&3, &guard), Some(&9));
     /// ```
+    #[must_use = "a guard protects only while it is held"]
     pub fn pin(&self) -> Guard {
         self.reclaim.pin()
     }

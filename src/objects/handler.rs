@@ -6,7 +6,7 @@
 use super::find::{self, UnindexedObject};
 use super::info::ObjectInfo;
 use super::{Entry, LoadedObjects, ObjectHit};
-use crate::HandlerSection;
+use crate::addr_index::{HandlerSection, ModuleId};
 use core::fmt;
 
 /// An open handler read section on a [`LoadedObjects`]: async-signal-safe
@@ -100,6 +100,44 @@ impl<P> ObjectsSection<'_, P> {
                 entry: h.value(),
             })
         })
+    }
+}
+
+impl<P: 'static> ObjectsSection<'_, P> {
+    /// The info and payload of the object with this id, if it is indexed
+    /// (a sample recorded as an id, resolved in the handler; issue 25).
+    /// Async-signal-safe.
+    ///
+    /// ```
+    /// static OBJECTS: latchtree::LoadedObjects<u64> =
+    ///     latchtree::LoadedObjects::with_payload(|info| info.bias());
+    /// OBJECTS.refresh();
+    /// let section = OBJECTS.handler_section();
+    /// let id = section.lookup(main as *const () as u64).unwrap().hit().id();
+    /// let (info, payload) = section.get(id).unwrap();
+    /// assert_eq!(*payload, info.bias());
+    /// assert!(section.get(latchtree::ModuleId::from_raw(u64::MAX)).is_none());
+    /// ```
+    #[inline]
+    pub fn get(&self, id: ModuleId) -> Option<(&ObjectInfo, &P)> {
+        self.section.get(id).map(|e| (&*e.info, &e.payload))
+    }
+
+    /// What the loader says of a pc that [`lookup`](ObjectsSection::lookup)
+    /// misses: [`LoadedObjects::unindexed`], from the section a handler
+    /// already has, whatever the payload type. Async-signal-safe where
+    /// glibc's `_dl_find_object` is.
+    ///
+    /// ```
+    /// static OBJECTS: latchtree::LoadedObjects<u8> = latchtree::LoadedObjects::with_payload(|_| 0);
+    /// OBJECTS.refresh();
+    /// let section = OBJECTS.handler_section();
+    /// let pc = main as *const () as u64;
+    /// assert_eq!(section.unindexed(pc), latchtree::LoadedObjects::unindexed(pc));
+    /// ```
+    #[inline]
+    pub fn unindexed(&self, pc: u64) -> Option<UnindexedObject> {
+        find::find(pc)
     }
 }
 
