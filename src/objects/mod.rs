@@ -741,7 +741,7 @@ impl<P: Send + Sync + 'static> LoadedObjects<P> {
     /// objects.refresh();
     /// let _ = objects.stats().read_retries;
     /// ```
-    pub fn stats(&self) -> crate::Stats {
+    pub fn stats(&self) -> crate::stats::Stats {
         self.index.stats()
     }
 }

@@ -104,7 +104,7 @@ pub enum ProblemKind {
     /// The index refused the object (its segments overlap another object's):
     /// it is left out, tried again on every rescan (the other object may be
     /// gone by then) and not reported again while it stays.
-    Rejected(crate::AddrIndexError),
+    Rejected(crate::addr_index::AddrIndexError),
 }
 
 impl fmt::Display for ProblemKind {

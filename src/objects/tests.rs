@@ -351,7 +351,7 @@ fn odd_objects_never_stop_a_refresh_and_are_reported_once() {
     let first = apply(&objects, &[&fine, &empty, &clash, &odd]);
     assert_eq!(added_paths(&first), ["/x/libfine.so", "/x/libodd.so"]);
     let fine_id = first.added[0].id();
-    let clash_error = crate::AddrIndexError::Overlap {
+    let clash_error = crate::addr_index::AddrIndexError::Overlap {
         range: 0x10_0800..0x10_1800,
         existing: 0x10_0000..0x10_1000,
         module: fine_id,
