@@ -996,10 +996,10 @@ fn an_object_not_yet_indexed_is_found_by_the_loader_fallback() {
 }
 
 /// Issue 18: a per-object payload, built at refresh time, read in place
-/// through a handler section, and dropped once the object is unloaded and
-/// forgotten.
+/// through a handler section, and (issue 25) dropped by the refresh that
+/// finds the object unloaded, its info kept until forgotten.
 #[test]
-fn payloads_are_built_per_object_and_dropped_when_forgotten() {
+fn payloads_are_built_per_object_and_dropped_at_unload() {
     static BUILT: AtomicUsize = AtomicUsize::new(0);
     static DROPPED: AtomicUsize = AtomicUsize::new(0);
     struct Unwinder(PathBuf);
@@ -1039,17 +1039,18 @@ fn payloads_are_built_per_object_and_dropped_when_forgotten() {
     };
     handle.close();
     objects.refresh();
-    assert_eq!(
-        DROPPED.load(Relaxed),
-        0,
-        "kept while the unloaded object is not forgotten"
-    );
-    assert!(objects.forget(id));
+    // Issue 25: the payload goes at unload (no section or guard open), the
+    // info stays for late samples until forgotten.
     assert_eq!(
         DROPPED.load(Relaxed),
         1,
-        "dropped once forgotten (no section open)"
+        "dropped by the refresh that found the object unloaded"
     );
+    let unloaded = objects.object(id).expect("resolvable until forgotten");
+    assert!(!unloaded.is_loaded() && unloaded.info().path() == lib.path);
+    assert!(objects.forget(id));
+    assert!(objects.object(id).is_none());
+    assert_eq!(DROPPED.load(Relaxed), 1, "dropped once");
     drop(objects);
     assert_eq!(
         DROPPED.load(Relaxed),

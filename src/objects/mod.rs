@@ -106,7 +106,7 @@ pub struct LoadedObjects<P: 'static = ()> {
     /// Held by a refresh throughout (one at a time), also while payloads
     /// are built, when `state` is not.
     refreshing: Mutex<()>,
-    state: Mutex<State<P>>,
+    state: Mutex<State>,
     /// Builds an object's payload (run by `refresh`, with no lock of this
     /// index held but `refreshing`, before its write).
     build: fn(&ObjectInfo) -> P,
@@ -123,14 +123,14 @@ struct Entry<P> {
 /// Only refreshes (one at a time: `refreshing`) change anything but
 /// `unloaded`.
 #[derive(Debug)]
-struct State<P> {
+struct State {
     /// Whether a full scan has run.
     scanned: bool,
     /// The loader's counters at the last full scan.
     counters: Option<LoadCounters>,
-    /// Objects removed from the index, until forgotten: what the index
-    /// handed back, nothing else.
-    unloaded: BTreeMap<ModuleId, Removed<Entry<P>>>,
+    /// Objects removed from the index, until forgotten: their info only
+    /// (the payload went with the index's record, issue 25).
+    unloaded: BTreeMap<ModuleId, Arc<ObjectInfo>>,
     /// Objects with nothing to index (no `PT_LOAD`), kept while they stay
     /// loaded so that they are reported once.
     left_out: Vec<Arc<ObjectInfo>>,
@@ -327,9 +327,11 @@ impl<P: Send + Sync + 'static> LoadedObjects<P> {
         /// unwinder, a symbol table, anything a signal handler needs in
         /// place. A handler reads it through a
         /// [`handler_section`](LoadedObjects::handler_section); it is
-        /// dropped (by a later refresh or [`forget`](LoadedObjects::forget),
-        /// on that thread) once the object is unloaded, forgotten, and no
-        /// section or guard can see it any more. `build` runs inside
+        /// dropped by the refresh that finds the object unloaded (on its
+        /// thread, with no lock of this index held), once no section or
+        /// guard can see it any more (else by a later refresh that changes
+        /// the index, or [`forget`](LoadedObjects::forget)). The object's
+        /// info stays, for late samples, until forgotten. `build` runs inside
         /// `refresh`, on its thread, with no lock of this index held but the
         /// one that serializes refreshes: it may call every method of this
         /// index but `refresh`. While it runs, the refresh holds its own
@@ -590,17 +592,26 @@ impl<P: Send + Sync + 'static> LoadedObjects<P> {
                 }
             }
         }
-        for r in removed {
+        for r in &removed {
+            let info = Arc::clone(&r.value().info);
             report.removed.push(ObjectRef {
                 id: r.id(),
-                info: Arc::clone(&r.value().info),
+                info: Arc::clone(&info),
                 loaded: false,
             });
-            state.unloaded.insert(r.id(), r);
+            state.unloaded.insert(r.id(), info);
         }
         state.scanned = true;
         state.counters = report.counters;
         drop(state);
+        // The unloaded objects' payloads go now (after their grace period:
+        // a section or guard still open keeps them until a later write),
+        // on this thread, with no lock of this index held; their info
+        // stays until forgotten.
+        if !removed.is_empty() {
+            drop(removed);
+            self.index.flush();
+        }
         // The loader references go last, with no lock of this index held: a
         // `dlclose` that unloads an object runs its destructors here.
         drop(held);
@@ -633,9 +644,9 @@ impl<P: Send + Sync + 'static> LoadedObjects<P> {
         // it from the index to `unloaded` while holding `state`, so taking
         // `state` after the miss finds it there.
         let state = lock(&self.state);
-        state.unloaded.get(&id).map(|r| ObjectRef {
+        state.unloaded.get(&id).map(|info| ObjectRef {
             id,
-            info: Arc::clone(&r.value().info),
+            info: Arc::clone(info),
             loaded: false,
         })
     }
@@ -659,9 +670,9 @@ impl<P: Send + Sync + 'static> LoadedObjects<P> {
                 info: Arc::clone(&m.value().info),
                 loaded: true,
             })
-            .chain(state.unloaded.values().map(|r| ObjectRef {
-                id: r.id(),
-                info: Arc::clone(&r.value().info),
+            .chain(state.unloaded.iter().map(|(&id, info)| ObjectRef {
+                id,
+                info: Arc::clone(info),
                 loaded: false,
             }))
             .collect();
@@ -670,10 +681,11 @@ impl<P: Send + Sync + 'static> LoadedObjects<P> {
     }
 
     /// Forgets an unloaded object: its id resolves to nothing from now on,
-    /// and its info and payload are dropped before it returns (also when a
-    /// refresh on another thread is dropping them), unless a guard or a
-    /// handler section elsewhere can still see them: then by a later
-    /// refresh that changes the index, or when the index is dropped.
+    /// and its info is dropped (the payload went when the refresh that
+    /// found it unloaded took it out of the index, or, if a guard or a
+    /// section could still see it then, goes here: before this returns,
+    /// also when a refresh on another thread is dropping it, unless a guard
+    /// or section can still see it).
     /// Returns whether it was an unloaded object not yet forgotten (a
     /// loaded object is not forgotten: `false`).
     ///
@@ -687,10 +699,11 @@ impl<P: Send + Sync + 'static> LoadedObjects<P> {
         let removed = lock(&self.state).unloaded.remove(&id);
         let forgotten = removed.is_some();
         drop(removed);
-        // The index's own reference to the object's info and payload goes
-        // too, unless a guard or handler section can still see it; and a
-        // refresh on another thread that took it out just before has
-        // finished dropping it (issue 25, 1).
+        // What the index still holds of unloaded objects (their payloads,
+        // kept by a reader at their refresh) goes too, unless a guard or
+        // handler section can still see it; and a refresh on another thread
+        // that took it out just before has finished dropping it (issue 25,
+        // 1).
         self.index.flush();
         self.index.wait_for_drops();
         forgotten
