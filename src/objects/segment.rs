@@ -10,7 +10,7 @@ pub(crate) const PF_W: u32 = 2;
 /// `p_flags` bit: the segment is readable.
 pub(crate) const PF_R: u32 = 4;
 
-/// Which kind of object this is; it decides how [`ObjectInfo::path`] was
+/// Which kind of object this is; it decides how [`ObjectInfo::path`](super::ObjectInfo::path) was
 /// found.
 ///
 /// ```
