@@ -32,7 +32,7 @@
 //! the deepest leaves and answer wrongly (the `short_trips` defect).
 
 use super::links::{Dir, Linked};
-use super::tree::{MAX_DEPTH, View};
+use super::shared::{MAX_DEPTH, View};
 use crate::sync::Ordering;
 
 /// A published descent plan; see the module docs.

@@ -13,7 +13,7 @@
 //!    the address index's node fields are atomics (`index/slab.rs`).
 //! 3. **Readers read only a stable copy**, steered by the latch (`latch.rs`),
 //!    and validate afterwards; their descents are capped at
-//!    [`tree::MAX_DEPTH`] nodes per path (the checker rejects a longer
+//!    [`shared::MAX_DEPTH`] nodes per path (the checker rejects a longer
 //!    path) so that no torn shape can loop them. A cursor (`cursor.rs`) is
 //!    one such read stretched over many steps, validated after each.
 //! 4. **One writer at a time** (the writer lock in `tree.rs`); it changes copy
@@ -32,11 +32,13 @@ mod descent;
 mod latch;
 mod links;
 mod rbtree;
+mod shared;
 mod tree;
 
 pub(crate) use cursor::{Cursor, Step};
 pub(crate) use links::{Dir, Kids, LinkRef, Linked, Links, Parent};
-pub(crate) use tree::{RawTree, Slot, Txn, View};
+pub(crate) use shared::View;
+pub(crate) use tree::{RawTree, Slot, Txn};
 
 #[cfg(test)]
 pub(crate) use build::van_emde_boas;
