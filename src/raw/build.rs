@@ -12,7 +12,8 @@
 
 use super::descent::{Descent, balanced_height};
 use super::links::{Dir, Linked, link_store_order};
-use super::tree::{RawTree, nodes_in_order};
+use super::tree::RawTree;
+use super::walk::nodes_in_order;
 use crate::sync::{AtomicPtr, Ordering};
 use core::ops::Range;
 use core::ptr::{self, NonNull};

@@ -34,6 +34,7 @@ mod links;
 mod rbtree;
 mod shared;
 mod tree;
+mod walk;
 
 pub(crate) use cursor::{Cursor, Step};
 pub(crate) use links::{Dir, Kids, LinkRef, Linked, Links, Parent};

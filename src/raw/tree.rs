@@ -20,7 +20,8 @@
 use super::descent::{Descent, balanced_height};
 use super::links::{Dir, Linked, link_store_order};
 use super::rbtree::Side;
-use super::shared::{MAX_DEPTH, Shared, View};
+use super::shared::{Shared, View};
+use super::walk::nodes_in_order;
 use crate::sync::{AtomicUsize, Mutex, Ordering, lock};
 use core::ptr::{self, NonNull};
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
@@ -502,29 +503,6 @@ impl Drop for ClearOnDrop<'_> {
     }
 }
 
-/// Every node of the subtree at `root` (null: none) in one copy, in key
-/// order, walked by the writer.
-///
-/// # Safety
-/// The subtree's links in `copy` are not being modified and reach only live
-/// nodes.
-pub(crate) unsafe fn nodes_in_order<N: Linked>(root: *mut N, copy: usize) -> Vec<NonNull<N>> {
-    let mut out = Vec::new();
-    let mut stack: Vec<NonNull<N>> = Vec::new();
-    let mut cur = root;
-    loop {
-        while let Some(n) = NonNull::new(cur) {
-            stack.push(n);
-            // SAFETY: `n` is live (caller).
-            cur = unsafe { n.as_ref() }.links(copy).load_child(Dir::Left);
-        }
-        let Some(n) = stack.pop() else { return out };
-        out.push(n);
-        // SAFETY: `n` is live (caller).
-        cur = unsafe { n.as_ref() }.links(copy).load_child(Dir::Right);
-    }
-}
-
 impl<'t, N: Linked> Txn<'t, N> {
     fn side(&self) -> Side<'t, N> {
         Side::new(&self.shared.heads[0].root, 0)
@@ -749,32 +727,6 @@ impl<'t, N: Linked> Txn<'t, N> {
                 // SAFETY: as above.
                 Some(d) => cur = unsafe { side.child(cur, d) },
             }
-        }
-    }
-}
-
-impl<'g, N: Linked> View<'g, N> {
-    /// Visits every node in key order. Returns `None` (torn read) if the walk
-    /// is deeper than [`MAX_DEPTH`] or longer than the copy's length.
-    pub(crate) fn walk(self, mut visit: impl FnMut(&'g N)) -> Option<()> {
-        let mut budget = self.len.load(Ordering::Relaxed);
-        let mut stack: Vec<&'g N> = Vec::new();
-        let mut cur = self.root.load(Ordering::Acquire);
-        loop {
-            // SAFETY: as in `descend`.
-            while let Some(n) = unsafe { cur.as_ref() } {
-                if stack.len() >= MAX_DEPTH {
-                    return None;
-                }
-                stack.push(n);
-                cur = n.links(self.copy).load_child(Dir::Left);
-            }
-            let Some(n) = stack.pop() else {
-                return Some(());
-            };
-            budget = budget.checked_sub(1)?;
-            visit(n);
-            cur = n.links(self.copy).load_child(Dir::Right);
         }
     }
 }
