@@ -432,6 +432,34 @@ impl<N: Linked, W> RawTree<N, W> {
             .store(s.heads[1].len.load(Ordering::Relaxed), Ordering::Relaxed);
     }
 
+    /// Makes `nodes` the whole content of this empty tree, in both copies,
+    /// and counts one write (none if `nodes` is empty: nothing changed).
+    ///
+    /// # Safety
+    /// The tree is empty; `nodes` are live, distinct, in no tree, in
+    /// strictly increasing key order, and the tree owns them from now on.
+    /// `&mut self`: no reader or writer runs meanwhile.
+    pub(crate) unsafe fn build(&mut self, nodes: &[NonNull<N>]) {
+        let s = &self.shared;
+        debug_assert!(s.heads[0].root.load(Ordering::Relaxed).is_null());
+        if nodes.is_empty() {
+            return;
+        }
+        // SAFETY: forwarded from the caller.
+        let root = unsafe { super::build::link_balanced(nodes, 0..2) };
+        for copy in 0..2 {
+            // Release, as every root store: the tree may be shared later by
+            // any means, and a reader's Acquire load of the root pairs with it.
+            s.heads[copy].root.store(root, link_store_order());
+            s.heads[copy].len.store(nodes.len(), Ordering::Relaxed);
+            // Relaxed: as the lengths; `&mut self` excludes readers.
+            s.heads[copy]
+                .descent
+                .store(Descent::balanced(nodes.len()).word(), Ordering::Relaxed);
+        }
+        s.latch.count_write();
+    }
+
     /// Every node, in key order; for the front-end's `Drop`.
     pub(crate) fn drain_nodes(&mut self) -> Vec<NonNull<N>> {
         let s = &self.shared;
