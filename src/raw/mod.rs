@@ -34,12 +34,14 @@ mod links;
 mod rbtree;
 mod shared;
 mod tree;
+mod txn;
 mod walk;
 
 pub(crate) use cursor::{Cursor, Step};
 pub(crate) use links::{Dir, Kids, LinkRef, Linked, Links, Parent};
 pub(crate) use shared::View;
-pub(crate) use tree::{RawTree, Slot, Txn};
+pub(crate) use tree::RawTree;
+pub(crate) use txn::{Slot, Txn};
 
 #[cfg(test)]
 pub(crate) use build::van_emde_boas;
