@@ -23,10 +23,11 @@
 
 use super::error::{AddrIndexError, InsertError};
 use super::layout;
+use super::module::Removed;
 use super::queries::raw_hit;
 use super::record::{self, Dirty, Garbage, Record};
 use super::slab::Fields;
-use super::types::{ModuleId, ModuleMeta, RawHit, Removed, Segment, Segments};
+use super::types::{ModuleId, ModuleMeta, RawHit, Segment, Segments};
 use super::{AddrIndex, Ending, Node, Writer};
 use crate::raw::{Dir, Slot, Txn};
 use crate::reclaim::{JobSlot, WriterScope};

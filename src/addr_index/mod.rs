@@ -4,6 +4,8 @@
 //! * `layout.rs`: where a large tree's nodes lie in memory (van Emde Boas
 //!   order, set at each rebuild);
 //! * `record.rs`: module records and the per-copy module table;
+//! * `module.rs`: what a caller gets of a record ([`ModuleRef`],
+//!   [`Removed`]);
 //! * `batch.rs`: every write, as one transaction ([`IndexBatch`]);
 //! * `queries.rs`: every read;
 //! * `types.rs`, `error.rs`: the public plain types.
@@ -17,6 +19,7 @@ mod batch;
 mod error;
 mod handler;
 mod layout;
+mod module;
 mod queries;
 mod record;
 mod slab;
@@ -25,7 +28,8 @@ mod types;
 pub use batch::IndexBatch;
 pub use error::{AddrIndexError, InsertError};
 pub use handler::HandlerSection;
-pub use types::{Hit, ModuleId, ModuleMeta, ModuleRef, RawHit, Removed, Segment};
+pub use module::{ModuleRef, Removed};
+pub use types::{Hit, ModuleId, ModuleMeta, RawHit, Segment};
 
 use crate::raw::{RawTree, View};
 use crate::reclaim::{Limbo, Reclaimer};
