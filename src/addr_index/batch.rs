@@ -22,11 +22,13 @@
 //!   are clones: the index's reference outlives them until after the lock.
 
 use super::error::{AddrIndexError, InsertError};
+use super::garbage::Garbage;
 use super::layout;
 use super::module::Removed;
 use super::queries::raw_hit;
-use super::record::{self, Dirty, Garbage, Record};
+use super::record::Record;
 use super::slab::Fields;
+use super::table::{self, Dirty};
 use super::types::{ModuleId, ModuleMeta, RawHit, Segment, Segments};
 use super::{AddrIndex, Ending, Node, Writer};
 use crate::raw::{Dir, Slot, Txn};
@@ -845,14 +847,14 @@ impl<T: Send + Sync + 'static> AddrIndex<T> {
             return Err("module count disagrees with the table".into());
         }
         let cap = [self.tables[0].capacity(), self.tables[1].capacity()];
-        if cap[0] != cap[1] || cap[0] > 4 * record::capacity(tables[0].len()) {
+        if cap[0] != cap[1] || cap[0] > 4 * table::capacity(tables[0].len()) {
             return Err(format!(
                 "table capacities {cap:?} for {} used slots",
                 tables[0].len()
             ));
         }
         let tombstones = tables[0].len() - live.len();
-        if tombstones > live.len().max(record::COMPACT_MIN) {
+        if tombstones > live.len().max(table::COMPACT_MIN) {
             return Err(format!(
                 "{tombstones} tombstones for {} modules: not compacted",
                 live.len()

@@ -3,7 +3,9 @@
 //! * `slab.rs`: the type-stable range nodes (range, id, base, tag, flags);
 //! * `layout.rs`: where a large tree's nodes lie in memory (van Emde Boas
 //!   order, set at each rebuild);
-//! * `record.rs`: module records and the per-copy module table;
+//! * `record.rs`: module records;
+//! * `table.rs`: the per-copy module table (id → record);
+//! * `garbage.rs`: what the index's limbo holds (records, table arrays);
 //! * `module.rs`: what a caller gets of a record ([`ModuleRef`],
 //!   [`Removed`]);
 //! * `batch.rs`: every write, as one transaction ([`IndexBatch`]);
@@ -17,12 +19,14 @@
 
 mod batch;
 mod error;
+mod garbage;
 mod handler;
 mod layout;
 mod module;
 mod queries;
 mod record;
 mod slab;
+mod table;
 mod types;
 
 pub use batch::IndexBatch;
@@ -37,8 +41,10 @@ use crate::section::{SectionClock, Sections};
 use crate::sync::{AtomicU64, Ordering};
 use core::fmt;
 use core::ptr::NonNull;
-use record::{Dirty, Garbage, Record, Table};
+use garbage::Garbage;
+use record::Record;
 use slab::{RangeNode, Slab};
+use table::{Dirty, Table};
 
 type Node<T> = RangeNode<Record<T>>;
 
@@ -239,7 +245,7 @@ pub struct AddrIndex<T> {
     /// readers are steered to that copy. Each copy's on its own lines, as
     /// the raw tree's per-copy heads (`raw::tree::Head`).
     bounds: [CopyBounds; 2],
-    /// Per copy: id → record (`record.rs`).
+    /// Per copy: id → record (`table.rs`).
     tables: [Table<T>; 2],
     reclaim: Reclaimer,
     /// Open handler sections, which keep removed records alive.
