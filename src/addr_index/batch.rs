@@ -23,6 +23,7 @@
 
 use super::error::{AddrIndexError, InsertError};
 use super::garbage::Garbage;
+use super::index::{AddrIndex, Ending, Node, Writer};
 use super::layout;
 use super::module::Removed;
 use super::queries::raw_hit;
@@ -30,7 +31,6 @@ use super::record::Record;
 use super::slab::Fields;
 use super::table::{self, Dirty};
 use super::types::{ModuleId, ModuleMeta, RawHit, Segment, Segments};
-use super::{AddrIndex, Ending, Node, Writer};
 use crate::raw::{Dir, Slot, Txn};
 use crate::reclaim::{JobSlot, WriterScope};
 use crate::sync::Ordering;

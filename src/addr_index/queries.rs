@@ -1,10 +1,10 @@
 //! Every read of the address index. Each answer comes from one validated
 //! version (one latch read): ranges, records and counts always agree.
 
+use super::index::{AddrIndex, Node};
 use super::module::ModuleRef;
 use super::record::Record;
 use super::types::{Hit, ModuleId, RawHit};
-use super::{AddrIndex, Node};
 use crate::raw::{Dir, View};
 use crate::sync::Ordering;
 use core::ops::Range;
