@@ -9,8 +9,11 @@
 //! * `garbage.rs`: what the index's limbo holds (records, table arrays);
 //! * `module.rs`: what a caller gets of a record ([`ModuleRef`],
 //!   [`Removed`]);
-//! * `batch.rs`: every write, as one transaction ([`IndexBatch`]);
+//! * `write.rs`: every write, as one transaction, and the limbo's part of
+//!   it (what a write drops, and when);
+//! * `batch.rs`: the operations inside a write ([`IndexBatch`]);
 //! * `queries.rs`: every read;
+//! * `check.rs`: the invariant checker;
 //! * `types.rs`, `error.rs`: the public plain types.
 //!
 //! One latch steers readers over everything: the two copies of the range
@@ -19,6 +22,7 @@
 //! 1 level: one pair of flips per operation or batch.
 
 mod batch;
+mod check;
 mod error;
 mod garbage;
 mod handler;
@@ -30,6 +34,7 @@ mod record;
 mod slab;
 mod table;
 mod types;
+mod write;
 
 pub use batch::IndexBatch;
 pub use error::{AddrIndexError, InsertError};
