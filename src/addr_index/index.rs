@@ -1,7 +1,8 @@
 //! The index itself: the [`AddrIndex`] struct (the range tree, the
 //! per-copy bounds and module tables), the writer state under the tree's
 //! lock, construction, the `publish` hook every transaction runs for each
-//! copy, and `Drop`. Reads are `queries.rs`'s, writes `batch.rs`'s.
+//! copy, and `Drop`. Reads are `queries.rs`'s, writes `write.rs`'s and
+//! `batch.rs`'s.
 
 use super::garbage::Garbage;
 use super::record::Record;
@@ -214,7 +215,7 @@ pub struct AddrIndex<T> {
     /// Per copy: the lowest start and the highest end (`MAX..0` when empty),
     /// for the bounds fast path. Written by the writer in `publish` before
     /// readers are steered to that copy. Each copy's on its own lines, as
-    /// the raw tree's per-copy heads (`raw::tree::Head`).
+    /// the raw tree's per-copy heads (`raw::shared::Head`).
     pub(super) bounds: [CopyBounds; 2],
     /// Per copy: id → record (`table.rs`).
     pub(super) tables: [Table<T>; 2],

@@ -146,7 +146,7 @@ impl<T> AddrIndex<T> {
     unsafe fn record<'g>(&'g self, record: *mut Record<T>, _guard: &'g Guard) -> &'g Record<T> {
         // The record was linked in a stable copy for the whole read; records
         // are retired through the epoch only after they left both copies
-        // (batch.rs), and the guard was pinned before the read.
+        // (write.rs), and the guard was pinned before the read.
         // SAFETY: so it is live and immutable for as long as `guard`.
         unsafe { &*record }
     }
