@@ -1,20 +1,24 @@
 //! `AddrIndex<T>`: which module contains an address, from any context.
 //!
-//! * `index.rs`: [`AddrIndex`] itself (its parts, construction, `Drop`);
-//! * `slab.rs`: the type-stable range nodes (range, id, base, tag, flags);
-//! * `layout.rs`: where a large tree's nodes lie in memory (van Emde Boas
-//!   order, set at each rebuild);
+//! One thing a file, lowest first: each file imports only files listed
+//! before it (and `crate::raw`, never the reverse).
+//!
+//! * `types.rs`, `error.rs`: the public plain types;
 //! * `record.rs`: module records;
 //! * `table.rs`: the per-copy module table (id → record);
 //! * `garbage.rs`: what the index's limbo holds (records, table arrays);
 //! * `module.rs`: what a caller gets of a record ([`ModuleRef`],
 //!   [`Removed`]);
+//! * `slab.rs`: the type-stable range nodes (range, id, base, tag, flags);
+//! * `index.rs`: [`AddrIndex`] itself (its parts, construction, `Drop`);
+//! * `layout.rs`: where a large tree's nodes lie in memory (van Emde Boas
+//!   order, set at each rebuild);
+//! * `queries.rs`: every read;
+//! * `handler.rs`: reads from a signal handler ([`HandlerSection`]);
+//! * `batch.rs`: the operations inside a write ([`IndexBatch`]);
 //! * `write.rs`: every write, as one transaction, and the limbo's part of
 //!   it (what a write drops, and when);
-//! * `batch.rs`: the operations inside a write ([`IndexBatch`]);
-//! * `queries.rs`: every read;
-//! * `check.rs`: the invariant checker;
-//! * `types.rs`, `error.rs`: the public plain types.
+//! * `check.rs`: the invariant checker.
 //!
 //! One latch steers readers over everything: the two copies of the range
 //! tree, the per-copy bounds and the per-copy module tables. A write changes

@@ -1,5 +1,26 @@
 //! The raw, unsafe core shared by both front-ends.
 //!
+//! # Layout
+//!
+//! One thing a file, lowest first: each file imports only files listed
+//! before it, and nothing outside `raw` but `crate::sync`.
+//!
+//! * `latch.rs`: the seqcount latch that steers readers;
+//! * `links.rs`: a node's two link sets ([`Linked`], [`Links`]);
+//! * `shared.rs`: what readers see: the latch and each copy's head,
+//!   [`View`] of one stable copy, the depth cap;
+//! * `rbtree.rs`: red-black insert, erase and replace on one copy;
+//! * `descent.rs`: a reader's root-to-leaf walks and the plan they follow;
+//! * `walk.rs`: in-order walks of one copy (the writer's, a reader's);
+//! * `build.rs`: the balanced shape (bulk build, rebuild, van Emde Boas
+//!   order);
+//! * `check.rs`: the invariant checker;
+//! * `txn.rs`: a write in progress ([`Txn`]) and the log it records;
+//! * `tree.rs`: [`RawTree`]: the writer lock, reads, and each write's
+//!   commit (replay on copy 1) or rollback;
+//! * `cursor.rs`: a reader's position on a node, stepped to its neighbours
+//!   ([`Cursor`]).
+//!
 //! # Invariants
 //!
 //! 1. **Two copies, one set of nodes.** Each node embeds two link sets
