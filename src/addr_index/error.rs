@@ -1,6 +1,6 @@
 //! Errors of the address index.
 
-use super::ModuleId;
+use super::types::ModuleId;
 use core::fmt;
 use core::ops::Range;
 

@@ -2,7 +2,7 @@
 //! value in place, and [`AddrIndex::synchronize`], which waits for them.
 //! The grace period itself is `crate::section`'s.
 
-use super::AddrIndex;
+use super::index::AddrIndex;
 use super::queries::hit_and_record;
 use super::record::Record;
 use super::types::{Hit, ModuleId};

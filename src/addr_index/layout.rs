@@ -33,8 +33,10 @@
 //! 0.93× on randomly grown trees (their newer nodes lie anywhere), so every
 //! rebuild moves: inserts are rare next to lookups in this index's users.
 
+use super::index::Node;
+use super::record::Record;
 use super::slab::Fields;
-use super::{Node, Record, Slab};
+use super::slab::Slab;
 use crate::raw::Txn;
 use core::ptr::NonNull;
 

@@ -1,9 +1,10 @@
 //! Every read of the address index. Each answer comes from one validated
 //! version (one latch read): ranges, records and counts always agree.
 
+use super::index::{AddrIndex, Node};
+use super::module::ModuleRef;
 use super::record::Record;
-use super::types::{Hit, ModuleId, ModuleRef, RawHit};
-use super::{AddrIndex, Node};
+use super::types::{Hit, ModuleId, RawHit};
 use crate::raw::{Dir, View};
 use crate::sync::Ordering;
 use core::ops::Range;
@@ -146,7 +147,7 @@ impl<T> AddrIndex<T> {
     unsafe fn record<'g>(&'g self, record: *mut Record<T>, _guard: &'g Guard) -> &'g Record<T> {
         // The record was linked in a stable copy for the whole read; records
         // are retired through the epoch only after they left both copies
-        // (batch.rs), and the guard was pinned before the read.
+        // (write.rs), and the guard was pinned before the read.
         // SAFETY: so it is live and immutable for as long as `guard`.
         unsafe { &*record }
     }

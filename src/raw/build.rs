@@ -1,7 +1,8 @@
-//! The balanced shape: a bulk build links a sorted run of fresh nodes into
-//! it in O(n), in both copies at once, as one version; a rebuild relinks the
-//! nodes of one copy into it, in place, inside a write transaction
-//! (`tree.rs` replays it on the other copy, so both get the same shape).
+//! The balanced shape: a bulk build (`RawTree::build`, `tree.rs`) links a
+//! sorted run of fresh nodes into it in O(n), in both copies at once, as
+//! one version; a rebuild relinks the nodes of one copy into it, in place,
+//! inside a write transaction (`tree.rs` replays it on the other copy, so
+//! both get the same shape).
 //!
 //! Splitting at the middle makes every subtree's halves differ in size by at
 //! most one, so every nil link of an `n`-node tree lies at depth
@@ -10,48 +11,18 @@
 //! black nodes, and no red node has a red child (a red node's children are
 //! nil). The checker verifies it in the tests.
 
-use super::descent::{Descent, balanced_height};
+use super::descent::balanced_height;
 use super::links::{Dir, Linked, link_store_order};
-use super::tree::{RawTree, nodes_in_order};
+use super::walk::nodes_in_order;
 use crate::sync::{AtomicPtr, Ordering};
 use core::ops::Range;
 use core::ptr::{self, NonNull};
 
-impl<N: Linked, W> RawTree<N, W> {
-    /// Makes `nodes` the whole content of this empty tree, in both copies,
-    /// and counts one write (none if `nodes` is empty: nothing changed).
-    ///
-    /// # Safety
-    /// The tree is empty; `nodes` are live, distinct, in no tree, in
-    /// strictly increasing key order, and the tree owns them from now on.
-    /// `&mut self`: no reader or writer runs meanwhile.
-    pub(crate) unsafe fn build(&mut self, nodes: &[NonNull<N>]) {
-        let s = &self.shared;
-        debug_assert!(s.heads[0].root.load(Ordering::Relaxed).is_null());
-        if nodes.is_empty() {
-            return;
-        }
-        let full = (nodes.len() + 1).ilog2() as usize;
-        // SAFETY: forwarded from the caller.
-        let root = unsafe { link(nodes, ptr::null_mut(), 0, full, 0..2) };
-        for copy in 0..2 {
-            // Release, as every root store: the tree may be shared later by
-            // any means, and a reader's Acquire load of the root pairs with it.
-            s.heads[copy].root.store(root, link_store_order());
-            s.heads[copy].len.store(nodes.len(), Ordering::Relaxed);
-            // Relaxed: as the lengths; `&mut self` excludes readers.
-            s.heads[copy]
-                .descent
-                .store(Descent::balanced(nodes.len()).word(), Ordering::Relaxed);
-        }
-        s.latch.count_write();
-    }
-}
-
 /// Relinks every node of copy `copy` (root in `root`) into the balanced
 /// shape, in place: the same nodes in the same order, so the copy's content
 /// is unchanged and the same call on the other copy, holding the same nodes,
-/// gives it the same shape. Its plan is then [`Descent::balanced`].
+/// gives it the same shape. Its plan is then
+/// [`Descent::balanced`](super::descent::Descent::balanced).
 ///
 /// # Safety
 /// Writer lock held; readers are steered away from copy `copy` (its stores
@@ -72,11 +43,26 @@ pub(super) unsafe fn rebuild<N: Linked>(root: &AtomicPtr<N>, copy: usize) {
 /// As for [`rebuild`]; `nodes` are live, distinct and in key order, and
 /// each is this copy's or in no tree.
 pub(super) unsafe fn relink<N: Linked>(nodes: &[NonNull<N>], root: &AtomicPtr<N>, copy: usize) {
-    let full = (nodes.len() + 1).ilog2() as usize;
     // SAFETY: forwarded; only this copy's links are rewritten.
-    let new_root = unsafe { link(nodes, ptr::null_mut(), 0, full, copy..copy + 1) };
+    let new_root = unsafe { link_balanced(nodes, copy..copy + 1) };
     // Release, as every root store; see `links.rs`.
     root.store(new_root, link_store_order());
+}
+
+/// Links `nodes` into the balanced shape in the copies `copies` and returns
+/// its root (null for none): the whole of a bulk build
+/// ([`RawTree::build`](super::tree::RawTree::build), both copies at once)
+/// and of a [`relink`] (one copy).
+///
+/// # Safety
+/// As for [`link`], the root's parent being null.
+pub(super) unsafe fn link_balanced<N: Linked>(
+    nodes: &[NonNull<N>],
+    copies: Range<usize>,
+) -> *mut N {
+    let full = (nodes.len() + 1).ilog2() as usize;
+    // SAFETY: forwarded from the caller.
+    unsafe { link(nodes, ptr::null_mut(), 0, full, copies) }
 }
 
 /// The key-order ranks of the balanced shape's nodes over `len` nodes, in
@@ -133,7 +119,7 @@ fn below(keys: Range<usize>, depth: usize, f: &mut impl FnMut(Range<usize>)) {
 ///
 /// # Safety
 /// The nodes are live, distinct and in key order, and the caller may write
-/// their links in `copies` (see [`RawTree::build`] and [`rebuild`]);
+/// their links in `copies` (see `RawTree::build` and [`rebuild`]);
 /// `parent` is null or one of the nodes.
 unsafe fn link<N: Linked>(
     nodes: &[NonNull<N>],

@@ -13,7 +13,7 @@
 
 use super::descent::Descent;
 use super::links::{Dir, Linked};
-use super::tree::MAX_DEPTH;
+use super::shared::MAX_DEPTH;
 use crate::sync::{AtomicPtr, Ordering};
 use std::collections::HashSet;
 

@@ -25,7 +25,8 @@
 
 use super::latch::Latch;
 use super::links::{Dir, Linked};
-use super::tree::{MAX_DEPTH, RawTree, View};
+use super::shared::{MAX_DEPTH, View};
+use super::tree::RawTree;
 use core::ptr;
 
 /// A position on a node of the version validated at `seq`.

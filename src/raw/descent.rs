@@ -11,7 +11,7 @@
 //! * **exact, the copy's height**, for a copy in the balanced shape that
 //!   `build.rs` links (a bulk build, or the rebuild a write runs once an
 //!   insert landed two levels below the balanced height, at most every
-//!   `len / 8` updates; see `tree.rs`). Its leaves sit on two adjacent
+//!   `len / 8` updates; see `txn.rs`). Its leaves sit on two adjacent
 //!   levels, so every
 //!   lookup takes its own path length or one step more, and no loop exit
 //!   waits to be mispredicted;
@@ -32,7 +32,7 @@
 //! the deepest leaves and answer wrongly (the `short_trips` defect).
 
 use super::links::{Dir, Linked};
-use super::tree::{MAX_DEPTH, View};
+use super::shared::{MAX_DEPTH, View};
 use crate::sync::Ordering;
 
 /// A published descent plan; see the module docs.

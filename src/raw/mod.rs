@@ -1,5 +1,26 @@
 //! The raw, unsafe core shared by both front-ends.
 //!
+//! # Layout
+//!
+//! One thing a file, lowest first: each file imports only files listed
+//! before it, and nothing outside `raw` but `crate::sync`.
+//!
+//! * `latch.rs`: the seqcount latch that steers readers;
+//! * `links.rs`: a node's two link sets ([`Linked`], [`Links`]);
+//! * `shared.rs`: what readers see: the latch and each copy's head,
+//!   [`View`] of one stable copy, the depth cap;
+//! * `rbtree.rs`: red-black insert, erase and replace on one copy;
+//! * `descent.rs`: a reader's root-to-leaf walks and the plan they follow;
+//! * `walk.rs`: in-order walks of one copy (the writer's, a reader's);
+//! * `build.rs`: the balanced shape (bulk build, rebuild, van Emde Boas
+//!   order);
+//! * `check.rs`: the invariant checker;
+//! * `txn.rs`: a write in progress ([`Txn`]) and the log it records;
+//! * `tree.rs`: [`RawTree`]: the writer lock, reads, and each write's
+//!   commit (replay on copy 1) or rollback;
+//! * `cursor.rs`: a reader's position on a node, stepped to its neighbours
+//!   ([`Cursor`]).
+//!
 //! # Invariants
 //!
 //! 1. **Two copies, one set of nodes.** Each node embeds two link sets
@@ -13,7 +34,7 @@
 //!    the address index's node fields are atomics (`index/slab.rs`).
 //! 3. **Readers read only a stable copy**, steered by the latch (`latch.rs`),
 //!    and validate afterwards; their descents are capped at
-//!    [`tree::MAX_DEPTH`] nodes per path (the checker rejects a longer
+//!    [`shared::MAX_DEPTH`] nodes per path (the checker rejects a longer
 //!    path) so that no torn shape can loop them. A cursor (`cursor.rs`) is
 //!    one such read stretched over many steps, validated after each.
 //! 4. **One writer at a time** (the writer lock in `tree.rs`); it changes copy
@@ -32,11 +53,16 @@ mod descent;
 mod latch;
 mod links;
 mod rbtree;
+mod shared;
 mod tree;
+mod txn;
+mod walk;
 
 pub(crate) use cursor::{Cursor, Step};
 pub(crate) use links::{Dir, Kids, LinkRef, Linked, Links, Parent};
-pub(crate) use tree::{RawTree, Slot, Txn, View};
+pub(crate) use shared::View;
+pub(crate) use tree::RawTree;
+pub(crate) use txn::{Slot, Txn};
 
 #[cfg(test)]
 pub(crate) use build::van_emde_boas;

@@ -330,7 +330,7 @@ fn chain(h: &Harness, n: usize) -> Vec<NonNull<Node>> {
 /// longer one.
 #[test]
 fn descent_cap_and_checker_agree_on_a_max_depth_path() {
-    use super::tree::MAX_DEPTH;
+    use super::shared::MAX_DEPTH;
     for (n, ok) in [(MAX_DEPTH, true), (MAX_DEPTH + 1, false)] {
         let h = Harness::new();
         chain(&h, n);

@@ -16,57 +16,19 @@
 //! restored from copy 1 (the old version), `seq` flips back to even, and the
 //! nodes that the transaction added are handed back for release. Readers never
 //! saw any of it; the panic then resumes.
+//!
+//! The handle and its log are `txn.rs`'s; the part readers see (the latch
+//! and the copies' heads) is `shared.rs`'s.
 
-use super::descent::{Descent, balanced_height};
-use super::latch::Latch;
+use super::descent::Descent;
 use super::links::{Dir, Linked, link_store_order};
 use super::rbtree::Side;
-use crate::sync::{AtomicPtr, AtomicUsize, Mutex, Ordering, lock};
+use super::shared::{Shared, View};
+use super::txn::{Op, Shape, Txn, rebuild_due};
+use super::walk::nodes_in_order;
+use crate::sync::{AtomicUsize, Mutex, Ordering, lock};
 use core::ptr::{self, NonNull};
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
-
-/// The most nodes a reader visits on one root-to-leaf path: a longer path
-/// is treated as a torn read and retried. A red-black tree of `n` nodes is
-/// at most `2 * log2(n + 1)` high, so a stable copy never comes near it.
-/// The checker (`check.rs`) rejects a copy with a longer path, so that the
-/// two agree on what a stable copy can hold.
-pub(crate) const MAX_DEPTH: usize = if cfg!(latchtree_defect = "no_depth_cap") {
-    usize::MAX
-} else {
-    128
-};
-
-/// The part of the tree readers can see.
-pub(super) struct Shared<N> {
-    pub(super) latch: Latch,
-    pub(super) heads: [Head<N>; 2],
-}
-
-/// What a reader of one copy reads before its first node. Each copy's head
-/// has its own pair of cache lines (128 bytes: adjacent-line prefetch pairs
-/// lines), so that the writer, which stores to a copy's head only while
-/// readers are steered away from that copy, never invalidates the line that
-/// readers of the other copy are reading.
-#[repr(align(128))]
-pub(super) struct Head<N> {
-    pub(super) root: AtomicPtr<N>,
-    pub(super) len: AtomicUsize,
-    /// How readers descend this copy (a [`Descent`] word), published with
-    /// the copy (`RawTree::publish`); see `descent.rs`.
-    pub(super) descent: AtomicUsize,
-}
-
-impl<N> Head<N> {
-    crate::sync::const_fn_unless_loom! {
-        fn new() -> Self {
-            Head {
-                root: AtomicPtr::new(ptr::null_mut()),
-                len: AtomicUsize::new(0),
-                descent: AtomicUsize::new(0),
-            }
-        }
-    }
-}
 
 /// Two copies of a red-black tree behind a seqcount latch, plus the
 /// front-end's writer state `W` under the writer lock.
@@ -88,48 +50,6 @@ struct Locked<N, W> {
     shape: Shape,
 }
 
-/// What the writer knows of copy 0's shape, kept across transactions.
-/// With no update since the last rebuild (or since the tree was new or
-/// cleared), the copy is in the balanced shape, descended by an exact plan.
-#[derive(Clone, Copy)]
-struct Shape {
-    /// Inserts and erases since the last rebuild.
-    updates: usize,
-    /// The deepest an insert landed since the last rebuild (nodes from the
-    /// root, itself included).
-    deepest: usize,
-}
-
-/// The fewest updates between two automatic rebuilds: a small tree rebuilds
-/// in a few microseconds, but not after every write. Off under loom (its
-/// models explore a rebuild where they ask for one, `Txn::rebuild`).
-const REBUILD_MIN: usize = if cfg!(latchtree_loom) { usize::MAX } else { 16 };
-
-impl Shape {
-    /// Right after a rebuild.
-    const REBUILT: Shape = Shape {
-        updates: 0,
-        deepest: 0,
-    };
-}
-
-/// Whether a commit relinks the tree of `len` nodes into the balanced
-/// shape (`build.rs`), after `since` inserts and erases of which the
-/// deepest insert landed `deepest` nodes from the root: once the shape
-/// has gone bad (an insert landed two levels below the balanced height;
-/// sequential inserts, which grow an almost all-black tree with one long
-/// red spine, get there within a few inserts), at most every `len / 8`
-/// updates (at least [`REBUILD_MIN`]). A rebuild relinks `len` nodes per
-/// copy (about 150 instructions a node, callgrind), so spread over the
-/// updates before it, it costs below one insert. Measured alternative: one
-/// level below (random churn then rebuilt every 16 updates at n = 84)
-/// brought randomly built trees at n = 84 from the tail plan to the exact
-/// one (lookups 35–43 → 31–35 ns), but a churn of insert + remove there went
-/// from 1,760 to 4,900 instructions per pair.
-fn rebuild_due(since: usize, deepest: usize, len: usize) -> bool {
-    since >= (len / 8).max(REBUILD_MIN) && deepest >= balanced_height(len) + 2
-}
-
 impl<N, W> core::fmt::Debug for RawTree<N, W> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("RawTree")
@@ -138,89 +58,12 @@ impl<N, W> core::fmt::Debug for RawTree<N, W> {
     }
 }
 
-/// What [`Txn::find`] found in copy 0.
-#[derive(Debug)]
-pub(crate) enum Slot<N> {
-    /// The search stopped on this node.
-    Occupied(NonNull<N>),
-    /// The search fell off the tree: a new node would hang here, `depth`
-    /// nodes from the root (itself included).
-    Vacant {
-        parent: *mut N,
-        dir: Dir,
-        depth: usize,
-    },
-}
-
-// Manual impls: a derive would require `N: Copy`.
-impl<N> Clone for Slot<N> {
-    fn clone(&self) -> Self {
-        *self
-    }
-}
-impl<N> Copy for Slot<N> {}
-
-/// One structural change, as recorded in copy 0 and replayed on copy 1.
-enum Op<N> {
-    Insert {
-        node: *mut N,
-        parent: *mut N,
-        dir: Dir,
-    },
-    Erase(*mut N),
-    Replace {
-        old: *mut N,
-        new: *mut N,
-    },
-    /// Every node under this copy-0 root left the tree at once.
-    Clear(*mut N),
-    /// Every node was relinked into the balanced shape (`build.rs`).
-    Rebuild,
-    /// Every node left the tree for a copy of it, and the copies were
-    /// linked into the balanced shape ([`Txn::relocate`]): `old` was copy
-    /// 0's nodes before, `new` their copies, both in key order.
-    Relocate {
-        old: Vec<NonNull<N>>,
-        new: Vec<NonNull<N>>,
-    },
-    /// A node that was never linked, handed back for release whatever the
-    /// outcome (a front-end owns it while user code may still panic).
-    Discard(*mut N),
-}
-
-/// A write in progress; see the module docs.
-pub(crate) struct Txn<'t, N> {
-    shared: &'t Shared<N>,
-    log: &'t mut Vec<Op<N>>,
-    started: &'t mut bool,
-    /// Copy 0's shape, updated by each change.
-    shape: &'t mut Shape,
-}
-
-/// A stable copy, handed to one read attempt.
-pub(crate) struct View<'g, N> {
-    pub(super) root: &'g AtomicPtr<N>,
-    pub(super) len: &'g AtomicUsize,
-    pub(super) descent: &'g AtomicUsize,
-    pub(super) copy: usize,
-}
-
-impl<N> Clone for View<'_, N> {
-    fn clone(&self) -> Self {
-        *self
-    }
-}
-impl<N> Copy for View<'_, N> {}
-
 impl<N: Linked, W> RawTree<N, W> {
     crate::sync::const_fn_unless_loom! {
         /// An empty tree with writer state `writer`.
         pub(crate) fn new(writer: W) -> Self {
             RawTree {
-                shared: Shared {
-                    latch: Latch::new(),
-                    heads: [Head::new(), Head::new()],
-                },
+                shared: Shared::new(),
                 writer: Mutex::new(Locked {
                     state: writer,
                     log: Vec::new(),
@@ -492,6 +335,34 @@ impl<N: Linked, W> RawTree<N, W> {
             .store(s.heads[1].len.load(Ordering::Relaxed), Ordering::Relaxed);
     }
 
+    /// Makes `nodes` the whole content of this empty tree, in both copies,
+    /// and counts one write (none if `nodes` is empty: nothing changed).
+    ///
+    /// # Safety
+    /// The tree is empty; `nodes` are live, distinct, in no tree, in
+    /// strictly increasing key order, and the tree owns them from now on.
+    /// `&mut self`: no reader or writer runs meanwhile.
+    pub(crate) unsafe fn build(&mut self, nodes: &[NonNull<N>]) {
+        let s = &self.shared;
+        debug_assert!(s.heads[0].root.load(Ordering::Relaxed).is_null());
+        if nodes.is_empty() {
+            return;
+        }
+        // SAFETY: forwarded from the caller.
+        let root = unsafe { super::build::link_balanced(nodes, 0..2) };
+        for copy in 0..2 {
+            // Release, as every root store: the tree may be shared later by
+            // any means, and a reader's Acquire load of the root pairs with it.
+            s.heads[copy].root.store(root, link_store_order());
+            s.heads[copy].len.store(nodes.len(), Ordering::Relaxed);
+            // Relaxed: as the lengths; `&mut self` excludes readers.
+            s.heads[copy]
+                .descent
+                .store(Descent::balanced(nodes.len()).word(), Ordering::Relaxed);
+        }
+        s.latch.count_write();
+    }
+
     /// Every node, in key order; for the front-end's `Drop`.
     pub(crate) fn drain_nodes(&mut self) -> Vec<NonNull<N>> {
         let s = &self.shared;
@@ -560,301 +431,5 @@ struct ClearOnDrop<'a>(&'a AtomicUsize);
 impl Drop for ClearOnDrop<'_> {
     fn drop(&mut self) {
         self.0.store(0, Ordering::Relaxed);
-    }
-}
-
-/// Every node of the subtree at `root` (null: none) in one copy, in key
-/// order, walked by the writer.
-///
-/// # Safety
-/// The subtree's links in `copy` are not being modified and reach only live
-/// nodes.
-pub(crate) unsafe fn nodes_in_order<N: Linked>(root: *mut N, copy: usize) -> Vec<NonNull<N>> {
-    let mut out = Vec::new();
-    let mut stack: Vec<NonNull<N>> = Vec::new();
-    let mut cur = root;
-    loop {
-        while let Some(n) = NonNull::new(cur) {
-            stack.push(n);
-            // SAFETY: `n` is live (caller).
-            cur = unsafe { n.as_ref() }.links(copy).load_child(Dir::Left);
-        }
-        let Some(n) = stack.pop() else { return out };
-        out.push(n);
-        // SAFETY: `n` is live (caller).
-        cur = unsafe { n.as_ref() }.links(copy).load_child(Dir::Right);
-    }
-}
-
-impl<'t, N: Linked> Txn<'t, N> {
-    fn side(&self) -> Side<'t, N> {
-        Side::new(&self.shared.heads[0].root, 0)
-    }
-
-    /// Flips `seq` to odd before the first change.
-    fn start(&mut self) {
-        if !*self.started {
-            self.shared.latch.flip();
-            *self.started = true;
-        }
-    }
-
-    /// Flips `seq` to odd now, before any change (idempotent). A front-end
-    /// calls it before rewriting recycled memory that stale readers may read.
-    pub(crate) fn begin(&mut self) {
-        self.start();
-    }
-
-    /// Searches copy 0 (the version being built): `step` says where to go
-    /// from each node, or `None` to stop on it.
-    pub(crate) fn find(&self, mut step: impl FnMut(&N) -> Option<Dir>) -> Slot<N> {
-        let side = self.side();
-        let mut parent = ptr::null_mut();
-        let mut dir = Dir::Left;
-        let mut depth = 1;
-        let mut cur = side.root();
-        while let Some(n) = NonNull::new(cur) {
-            // SAFETY: copy 0 holds only live nodes while the writer lock is
-            // held; nothing is released before the transaction ends.
-            match step(unsafe { n.as_ref() }) {
-                None => return Slot::Occupied(n),
-                Some(d) => {
-                    parent = cur;
-                    dir = d;
-                    depth += 1;
-                    // SAFETY: as above.
-                    cur = unsafe { side.child(cur, d) };
-                }
-            }
-        }
-        Slot::Vacant { parent, dir, depth }
-    }
-
-    /// The number of nodes in the version being built.
-    pub(crate) fn len(&self) -> usize {
-        self.shared.heads[0].len.load(Ordering::Relaxed)
-    }
-
-    fn add_len(&self, delta: isize) {
-        let l = &self.shared.heads[0].len;
-        l.store(
-            l.load(Ordering::Relaxed).wrapping_add_signed(delta),
-            Ordering::Relaxed,
-        );
-    }
-
-    /// Links `node` at a vacant slot.
-    ///
-    /// # Safety
-    /// `node` is live, in no tree, and stays allocated until released; `slot`
-    /// is `Vacant` and came from a `find` with no change since.
-    pub(crate) unsafe fn insert(&mut self, node: NonNull<N>, slot: Slot<N>) {
-        let Slot::Vacant { parent, dir, depth } = slot else {
-            unreachable!("insert into an occupied slot")
-        };
-        self.start();
-        self.shape.updates += 1;
-        self.shape.deepest = self.shape.deepest.max(depth);
-        // SAFETY: caller.
-        unsafe { self.side().insert(node.as_ptr(), parent, dir) };
-        self.log.push(Op::Insert {
-            node: node.as_ptr(),
-            parent,
-            dir,
-        });
-        self.add_len(1);
-    }
-
-    /// The first (`Left`) or last node of the version being built.
-    pub(crate) fn extreme(&self, dir: Dir) -> Option<NonNull<N>> {
-        // SAFETY: copy 0 holds only live nodes while the writer lock is held.
-        NonNull::new(unsafe { self.side().extreme(dir) })
-    }
-
-    /// Unlinks `node`; it is released when the transaction commits.
-    ///
-    /// # Safety
-    /// `node` came from this transaction's `find` or `extreme` and was not
-    /// erased, replaced or relocated since ([`Txn::relocate`] takes every
-    /// node out of copy 0).
-    pub(crate) unsafe fn erase(&mut self, node: NonNull<N>) {
-        self.start();
-        self.shape.updates += 1;
-        // SAFETY: caller: `node` is in copy 0.
-        unsafe { self.side().erase(node.as_ptr()) };
-        self.log.push(Op::Erase(node.as_ptr()));
-        self.add_len(-1);
-    }
-
-    /// Puts `new` in the place of `old`; `old` is released on commit.
-    ///
-    /// # Safety
-    /// As for [`Txn::erase`] for `old` and [`Txn::insert`] for `new`.
-    pub(crate) unsafe fn replace(&mut self, old: NonNull<N>, new: NonNull<N>) {
-        self.start();
-        // SAFETY: caller.
-        unsafe { self.side().replace(old.as_ptr(), new.as_ptr()) };
-        self.log.push(Op::Replace {
-            old: old.as_ptr(),
-            new: new.as_ptr(),
-        });
-    }
-
-    /// Unlinks every node at once (O(1) here, O(n) at release); they are
-    /// released when the transaction commits.
-    pub(crate) fn clear(&mut self) {
-        self.start();
-        // An empty tree is balanced.
-        *self.shape = Shape::REBUILT;
-        let root = self.side().root();
-        // Release: a reader that loads the new root pairs with it as with
-        // any root store (there is nothing behind a null root to publish).
-        self.shared.heads[0]
-            .root
-            .store(ptr::null_mut(), link_store_order());
-        self.shared.heads[0].len.store(0, Ordering::Relaxed);
-        if !root.is_null() {
-            self.log.push(Op::Clear(root));
-        }
-    }
-
-    /// Relinks the version being built into the balanced shape now (writes
-    /// also do it on their own, see [`rebuild_due`]): its readers then
-    /// follow an exact plan (`descent.rs`).
-    pub(crate) fn rebuild(&mut self) {
-        if self.shape.updates == 0 {
-            // Already the balanced shape (see `Shape`): nothing to change.
-            return;
-        }
-        self.start();
-        // SAFETY: writer lock held (a transaction), seq odd (`start`):
-        // readers are on copy 1; copy 0 holds only live nodes.
-        unsafe { super::build::rebuild(&self.shared.heads[0].root, 0) };
-        self.log.push(Op::Rebuild);
-        *self.shape = Shape::REBUILT;
-    }
-
-    /// Whether the commit would rebuild copy 0 ([`rebuild_due`]), so that a
-    /// front-end can do it its own way first ([`Txn::relocate`]).
-    pub(crate) fn rebuild_due(&self) -> bool {
-        rebuild_due(self.shape.updates, self.shape.deepest, self.len())
-    }
-
-    /// Whether copy 0 is in the balanced shape (no insert or erase since it
-    /// was last rebuilt, built or cleared).
-    pub(crate) fn balanced(&self) -> bool {
-        self.shape.updates == 0
-    }
-
-    /// Replaces every node of copy 0 with a copy of it, linked into the
-    /// balanced shape: `place(old)` gets the nodes in van Emde Boas order of
-    /// that shape ([`super::build::van_emde_boas`]) and returns their copies
-    /// in the same order, so that a front-end that allocates them at rising
-    /// addresses lays the tree out in that order (`addr_index/layout.rs`).
-    /// The old nodes are released on commit, the copies on rollback. A
-    /// rebuild and a move in one pass over the nodes.
-    ///
-    /// # Safety
-    /// `place` returns exactly one node per node it gets, each live,
-    /// distinct, in no tree, holding the same key, and staying allocated
-    /// until released. Every node pointer taken from copy 0 before the call
-    /// is stale after it (its node left the tree).
-    pub(crate) unsafe fn relocate(&mut self, place: impl FnOnce(&[NonNull<N>]) -> Vec<NonNull<N>>) {
-        self.start();
-        let root = &self.shared.heads[0].root;
-        // SAFETY: writer lock held: copy 0 holds only live nodes and only
-        // this transaction changes it.
-        let old = unsafe { nodes_in_order(root.load(Ordering::Relaxed), 0) };
-        let ranks = super::build::van_emde_boas(old.len());
-        let in_layout: Vec<NonNull<N>> = ranks.iter().map(|&k| old[k]).collect();
-        let copies = place(&in_layout);
-        assert_eq!(copies.len(), old.len(), "one copy per node");
-        // Room in the log first: nothing may fail between linking the copies
-        // and logging them (an unlogged copy would never be released).
-        self.log.reserve(1);
-        // Back to key order; the clone's entries are placeholders, each
-        // overwritten once (the ranks are a permutation).
-        let mut new = copies.clone();
-        for (&k, &c) in ranks.iter().zip(&copies) {
-            new[k] = c;
-        }
-        // SAFETY: seq odd (`start`): readers are on copy 1; the copies are
-        // live, distinct, in key order (each holds its original's key) and in
-        // no tree (caller).
-        unsafe { super::build::relink(&new, root, 0) };
-        self.log.push(Op::Relocate { old, new });
-        *self.shape = Shape::REBUILT;
-    }
-
-    /// Hands back `node`, which was never linked, to be released when the
-    /// transaction ends (commit or rollback): for a front-end that owns a
-    /// node while user code (a comparison) may still panic.
-    ///
-    /// # Safety
-    /// `node` is live, in no tree, and not used by the caller afterwards.
-    pub(crate) unsafe fn discard(&mut self, node: NonNull<N>) {
-        self.log.push(Op::Discard(node.as_ptr()));
-    }
-
-    /// Descends copy 0 (the version being built) like [`Txn::find`], handing
-    /// `step` references that live as long as this borrow of the
-    /// transaction: for front-end reads that return what they found.
-    pub(crate) fn descend<'a>(&'a self, mut step: impl FnMut(&'a N) -> Option<Dir>) {
-        let side = self.side();
-        let mut cur = side.root();
-        // SAFETY: copy 0 holds only live nodes while the writer lock is held, and no node is
-        // released before the transaction ends, which is after every borrow of it.
-        while let Some(n) = unsafe { cur.as_ref() } {
-            match step(n) {
-                None => return,
-                // SAFETY: as above.
-                Some(d) => cur = unsafe { side.child(cur, d) },
-            }
-        }
-    }
-}
-
-impl<'g, N: Linked> View<'g, N> {
-    /// Which copy this view reads (for per-copy data kept by a front-end).
-    #[inline(always)]
-    pub(crate) fn copy(self) -> usize {
-        self.copy
-    }
-
-    /// Visits every node in key order. Returns `None` (torn read) if the walk
-    /// is deeper than [`MAX_DEPTH`] or longer than the copy's length.
-    pub(crate) fn walk(self, mut visit: impl FnMut(&'g N)) -> Option<()> {
-        let mut budget = self.len.load(Ordering::Relaxed);
-        let mut stack: Vec<&'g N> = Vec::new();
-        let mut cur = self.root.load(Ordering::Acquire);
-        loop {
-            // SAFETY: as in `descend`.
-            while let Some(n) = unsafe { cur.as_ref() } {
-                if stack.len() >= MAX_DEPTH {
-                    return None;
-                }
-                stack.push(n);
-                cur = n.links(self.copy).load_child(Dir::Left);
-            }
-            let Some(n) = stack.pop() else {
-                return Some(());
-            };
-            budget = budget.checked_sub(1)?;
-            visit(n);
-            cur = n.links(self.copy).load_child(Dir::Right);
-        }
-    }
-}
-
-impl<N> Txn<'_, N> {
-    /// The same transaction, borrowed for a shorter lifetime: lets a
-    /// front-end bundle it with other borrows in one batch handle.
-    pub(crate) fn reborrow(&mut self) -> Txn<'_, N> {
-        Txn {
-            shared: self.shared,
-            log: &mut *self.log,
-            started: &mut *self.started,
-            shape: &mut *self.shape,
-        }
     }
 }

@@ -1,0 +1,357 @@
+//! A write in progress ([`Txn`]), as the front-end sees it: every change
+//! is applied to copy 0 at once and recorded in the log of structural
+//! operations ([`Op`]) that `RawTree::write` (`tree.rs`, where the whole
+//! transaction is described) replays on copy 1 after the commit's flip, or
+//! undoes on a rollback. Also what the writer knows of copy 0's shape
+//! ([`Shape`]) across transactions, and when that makes a commit rebuild
+//! ([`rebuild_due`]).
+
+use super::descent::balanced_height;
+use super::links::{Dir, Linked, link_store_order};
+use super::rbtree::Side;
+use super::shared::Shared;
+use super::walk::nodes_in_order;
+use crate::sync::Ordering;
+use core::ptr::{self, NonNull};
+
+/// What [`Txn::find`] found in copy 0.
+#[derive(Debug)]
+pub(crate) enum Slot<N> {
+    /// The search stopped on this node.
+    Occupied(NonNull<N>),
+    /// The search fell off the tree: a new node would hang here, `depth`
+    /// nodes from the root (itself included).
+    Vacant {
+        parent: *mut N,
+        dir: Dir,
+        depth: usize,
+    },
+}
+
+// Manual impls: a derive would require `N: Copy`.
+impl<N> Clone for Slot<N> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<N> Copy for Slot<N> {}
+
+/// One structural change, as recorded in copy 0 and replayed on copy 1.
+pub(super) enum Op<N> {
+    Insert {
+        node: *mut N,
+        parent: *mut N,
+        dir: Dir,
+    },
+    Erase(*mut N),
+    Replace {
+        old: *mut N,
+        new: *mut N,
+    },
+    /// Every node under this copy-0 root left the tree at once.
+    Clear(*mut N),
+    /// Every node was relinked into the balanced shape (`build.rs`).
+    Rebuild,
+    /// Every node left the tree for a copy of it, and the copies were
+    /// linked into the balanced shape ([`Txn::relocate`]): `old` was copy
+    /// 0's nodes before, `new` their copies, both in key order.
+    Relocate {
+        old: Vec<NonNull<N>>,
+        new: Vec<NonNull<N>>,
+    },
+    /// A node that was never linked, handed back for release whatever the
+    /// outcome (a front-end owns it while user code may still panic).
+    Discard(*mut N),
+}
+
+/// A write in progress; see the module docs.
+pub(crate) struct Txn<'t, N> {
+    pub(super) shared: &'t Shared<N>,
+    pub(super) log: &'t mut Vec<Op<N>>,
+    pub(super) started: &'t mut bool,
+    /// Copy 0's shape, updated by each change.
+    pub(super) shape: &'t mut Shape,
+}
+
+/// What the writer knows of copy 0's shape, kept across transactions.
+/// With no update since the last rebuild (or since the tree was new or
+/// cleared), the copy is in the balanced shape, descended by an exact plan.
+#[derive(Clone, Copy)]
+pub(super) struct Shape {
+    /// Inserts and erases since the last rebuild.
+    pub(super) updates: usize,
+    /// The deepest an insert landed since the last rebuild (nodes from the
+    /// root, itself included).
+    pub(super) deepest: usize,
+}
+
+/// The fewest updates between two automatic rebuilds: a small tree rebuilds
+/// in a few microseconds, but not after every write. Off under loom (its
+/// models explore a rebuild where they ask for one, `Txn::rebuild`).
+const REBUILD_MIN: usize = if cfg!(latchtree_loom) { usize::MAX } else { 16 };
+
+impl Shape {
+    /// Right after a rebuild.
+    pub(super) const REBUILT: Shape = Shape {
+        updates: 0,
+        deepest: 0,
+    };
+}
+
+/// Whether a commit relinks the tree of `len` nodes into the balanced
+/// shape (`build.rs`), after `since` inserts and erases of which the
+/// deepest insert landed `deepest` nodes from the root: once the shape
+/// has gone bad (an insert landed two levels below the balanced height;
+/// sequential inserts, which grow an almost all-black tree with one long
+/// red spine, get there within a few inserts), at most every `len / 8`
+/// updates (at least [`REBUILD_MIN`]). A rebuild relinks `len` nodes per
+/// copy (about 150 instructions a node, callgrind), so spread over the
+/// updates before it, it costs below one insert. Measured alternative: one
+/// level below (random churn then rebuilt every 16 updates at n = 84)
+/// brought randomly built trees at n = 84 from the tail plan to the exact
+/// one (lookups 35–43 → 31–35 ns), but a churn of insert + remove there went
+/// from 1,760 to 4,900 instructions per pair.
+pub(super) fn rebuild_due(since: usize, deepest: usize, len: usize) -> bool {
+    since >= (len / 8).max(REBUILD_MIN) && deepest >= balanced_height(len) + 2
+}
+
+impl<'t, N: Linked> Txn<'t, N> {
+    fn side(&self) -> Side<'t, N> {
+        Side::new(&self.shared.heads[0].root, 0)
+    }
+
+    /// Flips `seq` to odd before the first change.
+    fn start(&mut self) {
+        if !*self.started {
+            self.shared.latch.flip();
+            *self.started = true;
+        }
+    }
+
+    /// Flips `seq` to odd now, before any change (idempotent). A front-end
+    /// calls it before rewriting recycled memory that stale readers may read.
+    pub(crate) fn begin(&mut self) {
+        self.start();
+    }
+
+    /// Searches copy 0 (the version being built): `step` says where to go
+    /// from each node, or `None` to stop on it.
+    pub(crate) fn find(&self, mut step: impl FnMut(&N) -> Option<Dir>) -> Slot<N> {
+        let side = self.side();
+        let mut parent = ptr::null_mut();
+        let mut dir = Dir::Left;
+        let mut depth = 1;
+        let mut cur = side.root();
+        while let Some(n) = NonNull::new(cur) {
+            // SAFETY: copy 0 holds only live nodes while the writer lock is
+            // held; nothing is released before the transaction ends.
+            match step(unsafe { n.as_ref() }) {
+                None => return Slot::Occupied(n),
+                Some(d) => {
+                    parent = cur;
+                    dir = d;
+                    depth += 1;
+                    // SAFETY: as above.
+                    cur = unsafe { side.child(cur, d) };
+                }
+            }
+        }
+        Slot::Vacant { parent, dir, depth }
+    }
+
+    /// The number of nodes in the version being built.
+    pub(crate) fn len(&self) -> usize {
+        self.shared.heads[0].len.load(Ordering::Relaxed)
+    }
+
+    fn add_len(&self, delta: isize) {
+        let l = &self.shared.heads[0].len;
+        l.store(
+            l.load(Ordering::Relaxed).wrapping_add_signed(delta),
+            Ordering::Relaxed,
+        );
+    }
+
+    /// Links `node` at a vacant slot.
+    ///
+    /// # Safety
+    /// `node` is live, in no tree, and stays allocated until released; `slot`
+    /// is `Vacant` and came from a `find` with no change since.
+    pub(crate) unsafe fn insert(&mut self, node: NonNull<N>, slot: Slot<N>) {
+        let Slot::Vacant { parent, dir, depth } = slot else {
+            unreachable!("insert into an occupied slot")
+        };
+        self.start();
+        self.shape.updates += 1;
+        self.shape.deepest = self.shape.deepest.max(depth);
+        // SAFETY: caller.
+        unsafe { self.side().insert(node.as_ptr(), parent, dir) };
+        self.log.push(Op::Insert {
+            node: node.as_ptr(),
+            parent,
+            dir,
+        });
+        self.add_len(1);
+    }
+
+    /// The first (`Left`) or last node of the version being built.
+    pub(crate) fn extreme(&self, dir: Dir) -> Option<NonNull<N>> {
+        // SAFETY: copy 0 holds only live nodes while the writer lock is held.
+        NonNull::new(unsafe { self.side().extreme(dir) })
+    }
+
+    /// Unlinks `node`; it is released when the transaction commits.
+    ///
+    /// # Safety
+    /// `node` came from this transaction's `find` or `extreme` and was not
+    /// erased, replaced or relocated since ([`Txn::relocate`] takes every
+    /// node out of copy 0).
+    pub(crate) unsafe fn erase(&mut self, node: NonNull<N>) {
+        self.start();
+        self.shape.updates += 1;
+        // SAFETY: caller: `node` is in copy 0.
+        unsafe { self.side().erase(node.as_ptr()) };
+        self.log.push(Op::Erase(node.as_ptr()));
+        self.add_len(-1);
+    }
+
+    /// Puts `new` in the place of `old`; `old` is released on commit.
+    ///
+    /// # Safety
+    /// As for [`Txn::erase`] for `old` and [`Txn::insert`] for `new`.
+    pub(crate) unsafe fn replace(&mut self, old: NonNull<N>, new: NonNull<N>) {
+        self.start();
+        // SAFETY: caller.
+        unsafe { self.side().replace(old.as_ptr(), new.as_ptr()) };
+        self.log.push(Op::Replace {
+            old: old.as_ptr(),
+            new: new.as_ptr(),
+        });
+    }
+
+    /// Unlinks every node at once (O(1) here, O(n) at release); they are
+    /// released when the transaction commits.
+    pub(crate) fn clear(&mut self) {
+        self.start();
+        // An empty tree is balanced.
+        *self.shape = Shape::REBUILT;
+        let root = self.side().root();
+        // Release: a reader that loads the new root pairs with it as with
+        // any root store (there is nothing behind a null root to publish).
+        self.shared.heads[0]
+            .root
+            .store(ptr::null_mut(), link_store_order());
+        self.shared.heads[0].len.store(0, Ordering::Relaxed);
+        if !root.is_null() {
+            self.log.push(Op::Clear(root));
+        }
+    }
+
+    /// Relinks the version being built into the balanced shape now (writes
+    /// also do it on their own, see [`rebuild_due`]): its readers then
+    /// follow an exact plan (`descent.rs`).
+    pub(crate) fn rebuild(&mut self) {
+        if self.shape.updates == 0 {
+            // Already the balanced shape (see `Shape`): nothing to change.
+            return;
+        }
+        self.start();
+        // SAFETY: writer lock held (a transaction), seq odd (`start`):
+        // readers are on copy 1; copy 0 holds only live nodes.
+        unsafe { super::build::rebuild(&self.shared.heads[0].root, 0) };
+        self.log.push(Op::Rebuild);
+        *self.shape = Shape::REBUILT;
+    }
+
+    /// Whether the commit would rebuild copy 0 ([`rebuild_due`]), so that a
+    /// front-end can do it its own way first ([`Txn::relocate`]).
+    pub(crate) fn rebuild_due(&self) -> bool {
+        rebuild_due(self.shape.updates, self.shape.deepest, self.len())
+    }
+
+    /// Whether copy 0 is in the balanced shape (no insert or erase since it
+    /// was last rebuilt, built or cleared).
+    pub(crate) fn balanced(&self) -> bool {
+        self.shape.updates == 0
+    }
+
+    /// Replaces every node of copy 0 with a copy of it, linked into the
+    /// balanced shape: `place(old)` gets the nodes in van Emde Boas order of
+    /// that shape ([`super::build::van_emde_boas`]) and returns their copies
+    /// in the same order, so that a front-end that allocates them at rising
+    /// addresses lays the tree out in that order (`addr_index/layout.rs`).
+    /// The old nodes are released on commit, the copies on rollback. A
+    /// rebuild and a move in one pass over the nodes.
+    ///
+    /// # Safety
+    /// `place` returns exactly one node per node it gets, each live,
+    /// distinct, in no tree, holding the same key, and staying allocated
+    /// until released. Every node pointer taken from copy 0 before the call
+    /// is stale after it (its node left the tree).
+    pub(crate) unsafe fn relocate(&mut self, place: impl FnOnce(&[NonNull<N>]) -> Vec<NonNull<N>>) {
+        self.start();
+        let root = &self.shared.heads[0].root;
+        // SAFETY: writer lock held: copy 0 holds only live nodes and only
+        // this transaction changes it.
+        let old = unsafe { nodes_in_order(root.load(Ordering::Relaxed), 0) };
+        let ranks = super::build::van_emde_boas(old.len());
+        let in_layout: Vec<NonNull<N>> = ranks.iter().map(|&k| old[k]).collect();
+        let copies = place(&in_layout);
+        assert_eq!(copies.len(), old.len(), "one copy per node");
+        // Room in the log first: nothing may fail between linking the copies
+        // and logging them (an unlogged copy would never be released).
+        self.log.reserve(1);
+        // Back to key order; the clone's entries are placeholders, each
+        // overwritten once (the ranks are a permutation).
+        let mut new = copies.clone();
+        for (&k, &c) in ranks.iter().zip(&copies) {
+            new[k] = c;
+        }
+        // SAFETY: seq odd (`start`): readers are on copy 1; the copies are
+        // live, distinct, in key order (each holds its original's key) and in
+        // no tree (caller).
+        unsafe { super::build::relink(&new, root, 0) };
+        self.log.push(Op::Relocate { old, new });
+        *self.shape = Shape::REBUILT;
+    }
+
+    /// Hands back `node`, which was never linked, to be released when the
+    /// transaction ends (commit or rollback): for a front-end that owns a
+    /// node while user code (a comparison) may still panic.
+    ///
+    /// # Safety
+    /// `node` is live, in no tree, and not used by the caller afterwards.
+    pub(crate) unsafe fn discard(&mut self, node: NonNull<N>) {
+        self.log.push(Op::Discard(node.as_ptr()));
+    }
+
+    /// Descends copy 0 (the version being built) like [`Txn::find`], handing
+    /// `step` references that live as long as this borrow of the
+    /// transaction: for front-end reads that return what they found.
+    pub(crate) fn descend<'a>(&'a self, mut step: impl FnMut(&'a N) -> Option<Dir>) {
+        let side = self.side();
+        let mut cur = side.root();
+        // SAFETY: copy 0 holds only live nodes while the writer lock is held, and no node is
+        // released before the transaction ends, which is after every borrow of it.
+        while let Some(n) = unsafe { cur.as_ref() } {
+            match step(n) {
+                None => return,
+                // SAFETY: as above.
+                Some(d) => cur = unsafe { side.child(cur, d) },
+            }
+        }
+    }
+}
+
+impl<N> Txn<'_, N> {
+    /// The same transaction, borrowed for a shorter lifetime: lets a
+    /// front-end bundle it with other borrows in one batch handle.
+    pub(crate) fn reborrow(&mut self) -> Txn<'_, N> {
+        Txn {
+            shared: self.shared,
+            log: &mut *self.log,
+            started: &mut *self.started,
+            shape: &mut *self.shape,
+        }
+    }
+}

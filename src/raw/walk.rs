@@ -1,0 +1,57 @@
+//! In-order walks of one copy: the writer's ([`nodes_in_order`], which
+//! trusts the copy) and a reader's ([`View::walk`], bounded like every read
+//! and validated by the latch afterwards).
+
+use super::links::{Dir, Linked};
+use super::shared::{MAX_DEPTH, View};
+use crate::sync::Ordering;
+use core::ptr::NonNull;
+
+/// Every node of the subtree at `root` (null: none) in one copy, in key
+/// order, walked by the writer.
+///
+/// # Safety
+/// The subtree's links in `copy` are not being modified and reach only live
+/// nodes.
+pub(crate) unsafe fn nodes_in_order<N: Linked>(root: *mut N, copy: usize) -> Vec<NonNull<N>> {
+    let mut out = Vec::new();
+    let mut stack: Vec<NonNull<N>> = Vec::new();
+    let mut cur = root;
+    loop {
+        while let Some(n) = NonNull::new(cur) {
+            stack.push(n);
+            // SAFETY: `n` is live (caller).
+            cur = unsafe { n.as_ref() }.links(copy).load_child(Dir::Left);
+        }
+        let Some(n) = stack.pop() else { return out };
+        out.push(n);
+        // SAFETY: `n` is live (caller).
+        cur = unsafe { n.as_ref() }.links(copy).load_child(Dir::Right);
+    }
+}
+
+impl<'g, N: Linked> View<'g, N> {
+    /// Visits every node in key order. Returns `None` (torn read) if the walk
+    /// is deeper than [`MAX_DEPTH`] or longer than the copy's length.
+    pub(crate) fn walk(self, mut visit: impl FnMut(&'g N)) -> Option<()> {
+        let mut budget = self.len.load(Ordering::Relaxed);
+        let mut stack: Vec<&'g N> = Vec::new();
+        let mut cur = self.root.load(Ordering::Acquire);
+        loop {
+            // SAFETY: as in `View::descend` (`descent.rs`).
+            while let Some(n) = unsafe { cur.as_ref() } {
+                if stack.len() >= MAX_DEPTH {
+                    return None;
+                }
+                stack.push(n);
+                cur = n.links(self.copy).load_child(Dir::Left);
+            }
+            let Some(n) = stack.pop() else {
+                return Some(());
+            };
+            budget = budget.checked_sub(1)?;
+            visit(n);
+            cur = n.links(self.copy).load_child(Dir::Right);
+        }
+    }
+}
