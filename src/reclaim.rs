@@ -625,113 +625,120 @@ impl<T> Limbo<T> {
 /// `synchronize` that found the limbo empty returned while another thread
 /// was still inside a removed value's `Drop`). The phase is read and
 /// flipped under the writer lock; a writer takes a [`DropTicket`] of the
-/// current phase for its due items and drops it after them, and
-/// [`Drops::flip`] starts a new phase so that the old one's count only
-/// falls (the kernel's SRCU, with the writer lock as the flip's order).
+/// current phase for its due items and drops it after them. A waiter
+/// ([`Phases::wait_for_drops`]) holds the waiters' lock across two flips,
+/// each followed by a wait for the phase it ended: the kernel's SRCU, with
+/// the writer lock ordering the flips. One waiter at a time is what makes
+/// two flips enough (review: three unserialized flippers could end an empty
+/// phase twice and return early), and an ended phase's count only falls
+/// while its waiter waits (no flip can bring new tickets to it).
 #[derive(Debug, Default)]
 pub(crate) struct Drops {
     /// The phase new tickets take (under the writer lock).
     phase: usize,
-    /// Tickets outstanding per phase; made on first use (`new` is `const`,
-    /// and a ticket may outlive the tree when its drops are postponed).
-    counts: Option<std::sync::Arc<[crate::sync::AtomicUsize; 2]>>,
+    /// Made on first use (`new` is `const`, and a ticket may outlive the
+    /// tree when its drops are postponed).
+    phases: Option<std::sync::Arc<Phases>>,
 }
 
-/// One writer's due drops in flight (see [`Drops`]): dropped after them.
+/// The counters of [`Drops`], shared with tickets and waiters.
+#[derive(Debug, Default)]
+pub(crate) struct Phases {
+    /// Tickets outstanding per phase.
+    counts: [crate::sync::AtomicUsize; 2],
+    /// Held by a waiter across its two flips and waits.
+    waiting: crate::sync::Mutex<()>,
+}
+
+/// One writer's due drops in flight (see [`Drops`]): dropped after them, on
+/// the thread that took it (not `Send`: this thread's [`TICKETS_HERE`]
+/// counts it).
 #[derive(Debug)]
 pub(crate) struct DropTicket {
-    counts: std::sync::Arc<[crate::sync::AtomicUsize; 2]>,
+    phases: std::sync::Arc<Phases>,
     phase: usize,
-}
-
-/// A phase of [`Drops`] that no new ticket joins: [`wait`](PhaseEnd::wait)
-/// returns once its tickets are gone.
-#[derive(Debug)]
-pub(crate) struct PhaseEnd {
-    counts: std::sync::Arc<[crate::sync::AtomicUsize; 2]>,
-    phase: usize,
+    _here: core::marker::PhantomData<*const ()>,
 }
 
 impl Drops {
     crate::sync::const_fn_unless_loom! {
         pub(crate) fn new() -> Self {
-            Drops { phase: 0, counts: None }
+            Drops { phase: 0, phases: None }
         }
-    }
-
-    fn counts(&mut self) -> &std::sync::Arc<[crate::sync::AtomicUsize; 2]> {
-        self.counts.get_or_insert_with(|| {
-            std::sync::Arc::new([
-                crate::sync::AtomicUsize::new(0),
-                crate::sync::AtomicUsize::new(0),
-            ])
-        })
     }
 
     /// Under the writer lock, before handing out due items: the ticket to
     /// drop once they are dropped.
     pub(crate) fn ticket(&mut self) -> DropTicket {
         let phase = self.phase;
-        let counts = std::sync::Arc::clone(self.counts());
-        // Relaxed: the writer lock orders it before a later `flip`, and a
+        let phases = std::sync::Arc::clone(self.phases.get_or_insert_with(Default::default));
+        // Relaxed: the writer lock orders it before a later flip, and a
         // waiter reads the count after that flip (it took the lock too).
-        counts[phase].fetch_add(1, crate::sync::Ordering::Relaxed);
-        DropTicket { counts, phase }
+        phases.counts[phase].fetch_add(1, crate::sync::Ordering::Relaxed);
+        TICKETS_HERE.with(|t| t.set(t.get() + 1));
+        DropTicket {
+            phases,
+            phase,
+            _here: core::marker::PhantomData,
+        }
     }
 
-    /// Under the writer lock: new tickets take the other phase from now
-    /// on; returns the one that ended (none outstanding if nothing was
-    /// ever handed out).
-    pub(crate) fn flip(&mut self) -> Option<PhaseEnd> {
-        let counts = std::sync::Arc::clone(self.counts.as_ref()?);
-        let phase = self.phase;
+    /// Under the writer lock: the counters, if a ticket was ever taken.
+    pub(crate) fn phases(&self) -> Option<std::sync::Arc<Phases>> {
+        self.phases.clone()
+    }
+
+    /// Under the writer lock, by a waiter holding [`Phases::waiting`]: new
+    /// tickets take the other phase from now on; returns the one that
+    /// ended.
+    pub(crate) fn flip(&mut self) -> usize {
+        let ended = self.phase;
         self.phase ^= 1;
-        Some(PhaseEnd { counts, phase })
+        ended
+    }
+}
+
+impl Phases {
+    /// Waits until every ticket taken before the call was dropped: two
+    /// flips, each run by `flip` (a transaction of the owner that calls
+    /// [`Drops::flip`]), each followed by a wait for the phase it ended,
+    /// yielding meanwhile. A thread that holds a ticket itself (inside a
+    /// due drop, or with one postponed to the end of its outermost write)
+    /// would wait for itself, and so would one inside a writer scope (the
+    /// flips' own drops would wait for that scope's end): both return at
+    /// once (the callers' docs say so).
+    pub(crate) fn wait_for_drops(&self, mut flip: impl FnMut() -> usize) {
+        if TICKETS_HERE.with(Cell::get) > 0 || in_writer_scope() {
+            return;
+        }
+        let _one_waiter = crate::sync::lock(&self.waiting);
+        for _ in 0..2 {
+            let ended = flip();
+            // Acquire: pairs with each ticket's Release decrement (all of
+            // them read-modify-writes, so reading the last one's value
+            // synchronizes with every earlier one).
+            while self.counts[ended].load(crate::sync::Ordering::Acquire) > 0 {
+                std::thread::yield_now();
+            }
+        }
     }
 }
 
 impl Drop for DropTicket {
     fn drop(&mut self) {
-        // Release: pairs with the Acquire load in `PhaseEnd::wait`, so that
-        // the drops this ticket covered happen-before its return.
-        self.counts[self.phase].fetch_sub(1, crate::sync::Ordering::Release);
-    }
-}
-
-impl PhaseEnd {
-    /// Returns once every ticket of the ended phase was dropped (yielding
-    /// meanwhile). A thread inside a due drop of its own (a value's `Drop`
-    /// that calls `synchronize`) holds one of them: it would wait for
-    /// itself, so it returns at once (the caller's docs say so).
-    pub(crate) fn wait(self) {
-        if DUE_DROPS_HERE.with(Cell::get) > 0 {
-            return;
-        }
-        // Acquire: pairs with each ticket's Release decrement (all of them
-        // read-modify-writes, so reading the last one's value synchronizes
-        // with every earlier one).
-        while self.counts[self.phase].load(crate::sync::Ordering::Acquire) > 0 {
-            std::thread::yield_now();
-        }
+        TICKETS_HERE.with(|t| t.set(t.get() - 1));
+        // Release: pairs with the Acquire load in `Phases::wait_for_drops`,
+        // so that the drops this ticket covered happen-before its return.
+        self.phases.counts[self.phase].fetch_sub(1, crate::sync::Ordering::Release);
     }
 }
 
 impl DropTicket {
     /// Runs `drops` (a writer's due items) and then ends the ticket, now or
     /// (inside another write's scope) after the outermost write, with its
-    /// drops; marks this thread as inside due drops meanwhile.
+    /// drops.
     pub(crate) fn run_after(self, drops: impl FnOnce() + 'static) {
         after_outermost_write(move || {
-            DUE_DROPS_HERE.with(|d| d.set(d.get() + 1));
-            // Decremented also when a drop panics (they are caught one by
-            // one, but be sure).
-            struct Leave;
-            impl Drop for Leave {
-                fn drop(&mut self) {
-                    DUE_DROPS_HERE.with(|d| d.set(d.get() - 1));
-                }
-            }
-            let _leave = Leave;
             drops();
             drop(self);
         });
@@ -739,8 +746,10 @@ impl DropTicket {
 }
 
 std::thread_local! {
-    /// How many [`DropTicket`]s this thread is running the drops of.
-    static DUE_DROPS_HERE: Cell<usize> = const { Cell::new(0) };
+    /// How many [`DropTicket`]s this thread holds (from the lock that took
+    /// each until its drops ran). No destructor: readable during
+    /// thread-local destruction.
+    static TICKETS_HERE: Cell<usize> = const { Cell::new(0) };
 }
 
 /// What one round of a front-end's `flush` found, under its writer lock

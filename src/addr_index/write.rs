@@ -47,6 +47,8 @@ struct Reclaiming<'a, T: 'static> {
 impl<T: 'static> Drop for Reclaiming<'_, T> {
     fn drop(&mut self) {
         let due = core::mem::take(&mut self.due);
+        // Due items always come with their ticket (`transact`).
+        debug_assert!(self.ticket.is_some() || due.is_empty());
         if let Some(ticket) = self.ticket.take() {
             ticket.run_after(move || {
                 for g in due {
@@ -248,10 +250,13 @@ impl<T: Send + Sync + 'static> AddrIndex<T> {
     /// # Deadlocks
     /// Never returns while this thread holds a guard or has a section open
     /// from before a removal it waits for, or while another thread keeps
-    /// one for good; never call it from a signal handler or inside a
-    /// [`write`](AddrIndex::write) closure. Called from the `Drop` of a
-    /// value this index dropped, it does not wait for the drops in flight
-    /// (its own is one of them).
+    /// one for good, or while a removed value's `Drop` on another thread
+    /// (or the outer write whose closure put that drop off) does not end; never call it from a signal handler or inside a
+    /// [`write`](AddrIndex::write) closure. On a thread that is itself
+    /// running (or, inside another write's closure, has put off) drops a
+    /// write handed out, such as in a removed value's `Drop`, it does not
+    /// wait for the drops in flight on other threads (its own are among
+    /// them).
     ///
     /// ```
     /// use std::sync::Arc;
@@ -289,16 +294,12 @@ impl<T: Send + Sync + 'static> AddrIndex<T> {
 
     /// Waits until the drops that writes (on any thread) took out of the
     /// limbo before the call have run: what was removed before and is no
-    /// longer waiting is then gone (issue 25, 1). Two phase flips: a write
-    /// that took its items before the first may hold a ticket of either
-    /// phase (another caller may have flipped before). Never waits for a
-    /// reader.
+    /// longer waiting is then gone (issue 25, 1; `reclaim::Drops`). Never
+    /// waits for a reader.
     pub(crate) fn wait_for_drops(&self) {
-        for _ in 0..2 {
-            let (ended, _) = self.transact(|_, w, _| w.drops.flip());
-            if let Some(ended) = ended {
-                ended.wait();
-            }
+        let (phases, _) = self.transact(|_, w, _| w.drops.phases());
+        if let Some(phases) = phases {
+            phases.wait_for_drops(|| self.transact(|_, w, _| w.drops.flip()).0);
         }
     }
 

@@ -49,23 +49,30 @@ pub(crate) unsafe fn eh_frame_of(
     }
     let field = hdr.start + 4;
     let start = decode_pointer(encoding, field, hdr.start, |n| read(field, n))?;
-    let segment = readable(&(start..start.checked_add(4)?))?;
-    let end_of_segment = segment.range.end;
+    let segment = readable(&(start..start.checked_add(4)?))?.range.clone();
+    // The records are read inside the segment the section starts in only
+    // (review: an adjacent segment's bytes are not this section's).
+    let word = |at: u64, n: usize| -> Option<&[u8]> {
+        if at.checked_add(n as u64)? > segment.end {
+            return None;
+        }
+        read(at, n)
+    };
     let mut at = start;
-    while let Some(word) = read(at, 4) {
-        let length = u32::from_ne_bytes(word.try_into().ok()?);
+    while let Some(bytes) = word(at, 4) {
+        let length = u32::from_ne_bytes(bytes.try_into().ok()?);
         let next = match length {
             0 => {
                 at += 4; // the terminator belongs to the section
                 break;
             }
-            0xffff_ffff => read(at + 4, 8)
+            0xffff_ffff => word(at + 4, 8)
                 .and_then(|long| long.try_into().ok())
-                .and_then(|long| (at + 12).checked_add(u64::from_ne_bytes(long))),
-            n => Some(at + 4 + u64::from(n)),
+                .and_then(|long| at.checked_add(12)?.checked_add(u64::from_ne_bytes(long))),
+            n => at.checked_add(4 + u64::from(n)),
         };
         match next {
-            Some(next) if next <= end_of_segment => at = next,
+            Some(next) if next <= segment.end => at = next,
             _ => break,
         }
     }
@@ -165,6 +172,25 @@ mod tests {
         let len = m.bytes.len() as u64;
         let r = of(&(AT..AT + 8), &segment(len), &m);
         assert_eq!(r, Some(AT + 0x20..AT + 0x20 + 40));
+    }
+
+    /// A record length that runs past the end of the address space ends
+    /// the walk (review: `at + 4 + n` overflowed, a panic in debug builds).
+    #[test]
+    fn a_length_past_the_address_space_ends_the_walk() {
+        let at = u64::MAX - 0x3f;
+        let mut m = image(&[]);
+        m.at = at;
+        m.bytes.truncate(0x20);
+        m.bytes.extend_from_slice(&0xffff_fff0u32.to_ne_bytes());
+        m.bytes.resize(0x40, 0);
+        let seg = vec![LoadSegment {
+            range: at..u64::MAX,
+            flags: 4,
+            file_offset: 0,
+            file_size: 0x3f,
+        }];
+        assert_eq!(of(&(at..at + 8), &seg, &m), Some(at + 0x20..at + 0x20));
     }
 
     #[test]

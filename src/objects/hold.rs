@@ -43,27 +43,10 @@ impl LoaderRef {
     /// A reference on `info`'s object if it is still loaded as the scan saw
     /// it (the same name and bias); an empty one if it is loaded but not
     /// reachable by its name (another `dlmopen` namespace), or where the
-    /// loader cannot tell; `None` if it was unloaded since.
-    pub(crate) fn hold(info: &ObjectInfo) -> Option<LoaderRef> {
-        if let Some(held) = LoaderRef::take(info) {
-            return Some(held);
-        }
-        let start = info.segments().first()?.range.start;
-        match super::find::find(start) {
-            Some(o) => o.map.contains(&start).then_some(LoaderRef::none()),
-            // No `_dl_find_object` (musl, glibc before 2.35): as before
-            // this reference existed, index it.
-            None if !super::find::available() => Some(LoaderRef::none()),
-            None => None,
-        }
-    }
-
-    /// A reference on `info`'s object if it is still loaded as the scan saw
-    /// it (the same name and bias); `None` if it was unloaded since, or
-    /// cannot be opened by its name.
+    /// loader cannot tell; `None` if it was unloaded (or replaced) since.
     /// Blocks while another thread's `dlopen` runs (the loader's lock):
     /// call it with no lock of the index held.
-    fn take(info: &ObjectInfo) -> Option<LoaderRef> {
+    pub(crate) fn hold(info: &ObjectInfo) -> Option<LoaderRef> {
         if info.kind() != ObjectKind::Library {
             return Some(LoaderRef::none());
         }
@@ -71,7 +54,34 @@ impl LoaderRef {
         // SAFETY: a NUL-terminated name; `RTLD_NOLOAD` loads nothing, so no
         // constructor runs, and only adds a reference to a loaded object.
         let handle = unsafe { libc::dlopen(name.as_ptr(), libc::RTLD_NOLOAD | libc::RTLD_LAZY) };
-        let handle = LoaderRef(Some(NonNull::new(handle)?));
+        match NonNull::new(handle) {
+            Some(h) => LoaderRef(Some(h)).if_same(info),
+            None => LoaderRef::unnamed(info),
+        }
+    }
+
+    /// Not loaded under its name: loaded all the same (another `dlmopen`
+    /// namespace) if the loader's own list has an object at exactly its
+    /// image, with its `.eh_frame_hdr`; where the loader cannot tell (no
+    /// `_dl_find_object`: musl, glibc before 2.35), indexed as before this
+    /// reference existed; gone otherwise (review: any object now mapped at
+    /// its address passed before).
+    fn unnamed(info: &ObjectInfo) -> Option<LoaderRef> {
+        let start = info.segments().first()?.range.start;
+        match super::find::find(start) {
+            Some(o) => (o.map.start == info.image().start
+                && o.eh_frame_hdr == info.eh_frame_hdr().map(|h| h.start))
+            .then_some(LoaderRef::none()),
+            None if !super::find::available() => Some(LoaderRef::none()),
+            None => None,
+        }
+    }
+
+    /// This reference if it holds `info`'s object as the scan saw it (the
+    /// same load bias); `None` else (dropping it lets go of the new object
+    /// that took the name).
+    fn if_same(self, info: &ObjectInfo) -> Option<LoaderRef> {
+        let handle = self;
         let mut map: *mut LinkMap = core::ptr::null_mut();
         let h = handle.0.map_or(core::ptr::null_mut(), NonNull::as_ptr);
         // SAFETY: `h` is a handle we hold; `RTLD_DI_LINKMAP` stores a

@@ -34,6 +34,7 @@ pub use scan::LoadCounters;
 pub use segment::{LoadSegment, ObjectKind};
 
 use crate::addr_index::{AddrIndex, InsertError, ModuleId, ModuleMeta, RawHit, Removed, Segment};
+use crate::reclaim::WriterScope;
 use crate::sync::{Mutex, const_fn_unless_loom, lock};
 use core::fmt;
 use core::ops::Range;
@@ -98,7 +99,9 @@ use std::sync::Arc;
 /// # Locks
 ///
 /// A refresh holds this index's own lock and, inside it, the loader's (for
-/// the `dl_iterate_phdr` pass). Do not call [`refresh`](Self::refresh) from
+/// the `dl_iterate_phdr` pass, and for the `dlopen(RTLD_NOLOAD)` that holds
+/// each new object while its payload is built; that reference is let go,
+/// and payloads are dropped, after the refresh released its locks). Do not call [`refresh`](Self::refresh) from
 /// a shared library's constructor or destructor (they run under the
 /// loader's lock, the other order) while another thread may refresh too.
 pub struct LoadedObjects<P: 'static = ()> {
@@ -138,6 +141,25 @@ struct State {
     /// tried again, quietly, on every rescan: the object in their way may be
     /// gone.
     rejected: Vec<Arc<ObjectInfo>>,
+}
+
+/// What a refresh drops only after its locks: rejected entries and removed
+/// records (their payloads' `Drop` is user code) and the loader references
+/// (a `dlclose` may run an object's destructors).
+struct Leftovers<P> {
+    rejected: Vec<Entry<P>>,
+    removed: Vec<Removed<Entry<P>>>,
+    held: Vec<LoaderRef>,
+}
+
+impl<P> Default for Leftovers<P> {
+    fn default() -> Self {
+        Leftovers {
+            rejected: Vec::new(),
+            removed: Vec::new(),
+            held: Vec::new(),
+        }
+    }
 }
 
 /// A known object, as the diff sees it.
@@ -439,9 +461,20 @@ impl<P: Send + Sync + 'static> LoadedObjects<P> {
                 }
             }
         }
-        let mut rejected = Vec::new();
-        let report = self.apply(scan::scan(), LoaderRef::hold, &mut rejected);
-        drop(rejected);
+        let mut left = Leftovers::default();
+        let report = self.apply(scan::scan(), LoaderRef::hold, &mut left);
+        drop(_refreshing);
+        // With no lock of this index held (review): rejected payloads, the
+        // unloaded objects' payloads (after their grace period: a section
+        // or guard still open keeps them until a later write; their info
+        // stays until forgotten), then the loader references (a `dlclose`
+        // that unloads an object runs its destructors here).
+        drop(left.rejected);
+        if !left.removed.is_empty() {
+            drop(left.removed);
+            self.index.flush();
+        }
+        drop(left.held);
         report
     }
 
@@ -454,7 +487,7 @@ impl<P: Send + Sync + 'static> LoadedObjects<P> {
         &self,
         scan: Scan,
         hold: impl Fn(&ObjectInfo) -> Option<LoaderRef>,
-        rejected: &mut Vec<Entry<P>>,
+        left: &mut Leftovers<P>,
     ) -> Refresh {
         let mut report = Refresh {
             rescanned: true,
@@ -540,7 +573,7 @@ impl<P: Send + Sync + 'static> LoadedObjects<P> {
         let infos: Vec<(Arc<ObjectInfo>, bool)> = (new.iter())
             .map(|(info, _, quiet, _)| (Arc::clone(info), *quiet))
             .collect();
-        let mut held = Vec::with_capacity(new.len());
+        let held = &mut left.held;
         let new: Vec<_> = new
             .into_iter()
             .map(|(info, segments, _, h)| {
@@ -555,6 +588,9 @@ impl<P: Send + Sync + 'static> LoadedObjects<P> {
         // is returned out of the closure, to be dropped outside the lock.
         // Under `state`, so that `object` finds an object removed here in
         // `unloaded` once it misses it in the index.
+        // Inside a writer scope: what the batch hands out as due (user
+        // payloads) is dropped when the scope ends, after `state` (review).
+        let scope = WriterScope::enter();
         let mut state = lock(&self.state);
         state.left_out.append(&mut left_out);
         let (removed, inserted) = self.index.write(|batch| {
@@ -584,7 +620,7 @@ impl<P: Send + Sync + 'static> LoadedObjects<P> {
                     let (error, entry) = e.into_parts();
                     // Its payload's `Drop` is user code: after `state`'s
                     // lock (review), by the caller of `apply`.
-                    rejected.push(entry);
+                    left.rejected.push(entry);
                     if !quiet {
                         (report.problems).push(Problem::of(&info, ProblemKind::Rejected(error)));
                     }
@@ -604,17 +640,8 @@ impl<P: Send + Sync + 'static> LoadedObjects<P> {
         state.scanned = true;
         state.counters = report.counters;
         drop(state);
-        // The unloaded objects' payloads go now (after their grace period:
-        // a section or guard still open keeps them until a later write),
-        // on this thread, with no lock of this index held; their info
-        // stays until forgotten.
-        if !removed.is_empty() {
-            drop(removed);
-            self.index.flush();
-        }
-        // The loader references go last, with no lock of this index held: a
-        // `dlclose` that unloads an object runs its destructors here.
-        drop(held);
+        drop(scope);
+        left.removed = removed;
         report
     }
 

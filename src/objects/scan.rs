@@ -259,11 +259,19 @@ pub(crate) unsafe fn parse_object(
         _ => 0..0,
     };
     let eh_frame_hdr = table(PT_GNU_EH_FRAME);
-    // SAFETY: `eh_frame_of` reads only inside readable segments of
-    // `segments`, which lie inside the readable `PT_LOAD`s of `headers`,
-    // for which our caller makes `memory.read` sound.
-    let eh_frame =
-        (eh_frame_hdr.as_ref()).and_then(|h| unsafe { eh_frame_of(h, &segments, memory) });
+    // Merged overlapping segments carry the union of their flags, but the
+    // loader maps the later one over the overlap: a "readable" merged
+    // segment may hold unreadable pages (review), so no walk then.
+    let overlapped =
+        (problems.iter()).any(|p| matches!(p, ProblemKind::OverlappingSegments { .. }));
+    let eh_frame = match &eh_frame_hdr {
+        // SAFETY: `eh_frame_of` reads only inside readable segments of
+        // `segments`; with no overlap each is exactly one readable
+        // `PT_LOAD` of `headers`, for which our caller makes `memory.read`
+        // sound.
+        Some(h) if !overlapped => unsafe { eh_frame_of(h, &segments, memory) },
+        _ => None,
+    };
     let unwind = Unwind {
         eh_frame_hdr,
         eh_frame,

@@ -291,7 +291,7 @@ fn apply(objects: &LoadedObjects, scanned: &[&Scanned]) -> Refresh {
         counters: None,
     };
     // Synthetic objects are not loaded: nothing to hold.
-    objects.apply(scan, |_| Some(LoaderRef::none()), &mut Vec::new())
+    objects.apply(scan, |_| Some(LoaderRef::none()), &mut Default::default())
 }
 
 /// `(path, problem)` pairs of a refresh, the files' absence aside (none of
