@@ -114,3 +114,39 @@ fn synchronize_waits_for_a_guard_pinned_before_the_removal() {
     );
     drop(held);
 }
+
+/// A removed value whose `Drop` calls `synchronize` on its own index (the
+/// thread runs that drop, holding its ticket): it returns rather than wait
+/// for itself, also when the drop was put off to the end of another
+/// tree's write (review of issue 25's fix).
+#[test]
+fn synchronize_from_a_removed_values_drop_returns() {
+    static INDEX: AddrIndex<Resync> = AddrIndex::new();
+    struct Resync;
+    impl Drop for Resync {
+        fn drop(&mut self) {
+            INDEX.synchronize();
+        }
+    }
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let (done_tx, done_rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let id = INDEX.insert(0..8, Resync).unwrap();
+        drop(INDEX.remove(id));
+        INDEX.synchronize();
+        // Put off to the end of another tree's write.
+        let outer = latchtree::LatchTree::new();
+        let id = INDEX.insert(0..8, Resync).unwrap();
+        outer.write(|batch| {
+            batch.insert(1u8, ());
+            drop(INDEX.remove(id));
+            INDEX.flush();
+        });
+        INDEX.synchronize();
+        done_tx.send(INDEX.is_empty()).unwrap();
+    });
+    let empty = done_rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("synchronize inside a removed value's Drop waited for itself");
+    assert!(empty);
+}

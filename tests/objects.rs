@@ -1245,3 +1245,39 @@ fn after_dlclose_a_handler_reads_the_payloads_copy_not_the_unmapped_tables() {
     objects.refresh();
     assert!(objects.lookup(pc).is_none());
 }
+
+/// A payload whose `Drop` calls back into its `LoadedObjects`: the refresh
+/// that finds its object unloaded drops it after its own locks (review of
+/// issue 25's fix: it ran under the state lock and deadlocked).
+#[test]
+fn a_payload_drop_may_query_its_own_index() {
+    static OBJECTS: LoadedObjects<Probe> = LoadedObjects::with_payload(|_| Probe);
+    static DROPS_SAW: AtomicUsize = AtomicUsize::new(0);
+    struct Probe;
+    impl Drop for Probe {
+        fn drop(&mut self) {
+            let seen = OBJECTS.objects().len() + OBJECTS.unloaded_count();
+            DROPS_SAW.fetch_add(seen.min(1), Relaxed);
+        }
+    }
+    let _serial = serial();
+    let Some(lib) = TempLibrary::new(b"libdropquery.so") else {
+        return;
+    };
+    let handle = lib.open();
+    OBJECTS.refresh();
+    handle.close();
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        OBJECTS.refresh();
+        done_tx.send(()).unwrap();
+    });
+    done_rx
+        .recv_timeout(std::time::Duration::from_secs(30))
+        .expect("refresh deadlocked in a payload's Drop that queries its index");
+    assert_eq!(
+        DROPS_SAW.load(Relaxed),
+        1,
+        "the unloaded object's payload dropped once"
+    );
+}
