@@ -207,3 +207,22 @@ impl<T> Removed<T> {
         self.segments.iter().any(|s| s.range.contains(&addr))
     }
 }
+
+/// Derefs to the value, for a [`set_value`](crate::AddrIndex::set_value)
+/// caller that wants the old value itself (issue 25: `Removed` reads
+/// oddly for a replacement; it holds the old version's value and tag).
+///
+/// ```
+/// let index = latchtree::AddrIndex::new();
+/// let id = index.insert(0..16, String::from("tier 0")).unwrap();
+/// let old = index.set_value(id, String::from("tier 1"), 1).unwrap();
+/// assert_eq!(old.len(), 6); // a `String` method, through `Deref`
+/// assert_eq!(*old, "tier 0");
+/// ```
+impl<T> core::ops::Deref for Removed<T> {
+    type Target = T;
+
+    fn deref(&self) -> &T {
+        &self.value
+    }
+}

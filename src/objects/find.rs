@@ -74,6 +74,28 @@ pub(crate) fn available() -> bool {
     !word.is_null() && word != ABSENT
 }
 
+impl UnindexedObject {
+    /// Whether `info` (an object a later refresh indexed) is this object:
+    /// the same mapped start and `.eh_frame_hdr`. What a profiler needs to
+    /// attribute a sample taken while the object was not indexed yet (its
+    /// constructors running inside `dlopen`) once it is: record this in the
+    /// handler, match it on a normal thread (issue 25).
+    ///
+    /// ```
+    /// let objects = latchtree::LoadedObjects::new();
+    /// objects.refresh();
+    /// let pc = main as *const () as u64;
+    /// if let Some(seen) = latchtree::LoadedObjects::unindexed(pc) {
+    ///     let id = objects.lookup(pc).unwrap().id();
+    ///     assert!(seen.matches(objects.object(id).unwrap().info()));
+    /// }
+    /// ```
+    pub fn matches(&self, info: &super::info::ObjectInfo) -> bool {
+        self.map.start == info.image().start
+            && self.eh_frame_hdr == info.eh_frame_hdr().map(|h| h.start)
+    }
+}
+
 /// `_dl_find_object(pc)`, if [`resolve`] found it. Async-signal-safe.
 pub(crate) fn find(pc: u64) -> Option<UnindexedObject> {
     // Acquire: pairs with the Release store in `resolve`.

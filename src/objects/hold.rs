@@ -69,9 +69,7 @@ impl LoaderRef {
     fn unnamed(info: &ObjectInfo) -> Option<LoaderRef> {
         let start = info.segments().first()?.range.start;
         match super::find::find(start) {
-            Some(o) => (o.map.start == info.image().start
-                && o.eh_frame_hdr == info.eh_frame_hdr().map(|h| h.start))
-            .then_some(LoaderRef::none()),
+            Some(o) => o.matches(info).then_some(LoaderRef::none()),
             None if !super::find::available() => Some(LoaderRef::none()),
             None => None,
         }
