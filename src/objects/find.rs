@@ -55,6 +55,7 @@ pub(crate) fn resolve() {
 ///
 /// [`LoadedObjects::lookup`]: crate::LoadedObjects::lookup
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive] // what the loader says of an object may grow (`dlfo_eh_dbase`…)
 pub struct UnindexedObject {
     /// The span of the object's mappings (`dlfo_map_start..dlfo_map_end`).
     /// For a shared library or PIE whose first `PT_LOAD` is at address 0
