@@ -265,10 +265,9 @@ pub(crate) unsafe fn parse_object(
     let overlapped =
         (problems.iter()).any(|p| matches!(p, ProblemKind::OverlappingSegments { .. }));
     let eh_frame = match &eh_frame_hdr {
-        // SAFETY: `eh_frame_of` reads only inside readable segments of
-        // `segments`; with no overlap each is exactly one readable
-        // `PT_LOAD` of `headers`, for which our caller makes `memory.read`
-        // sound.
+        // `eh_frame_of` reads only inside readable segments of `segments`;
+        // with no overlap each is exactly one readable `PT_LOAD` of `headers`.
+        // SAFETY: so our caller makes `memory.read` sound for those reads.
         Some(h) if !overlapped => unsafe { eh_frame_of(h, &segments, memory) },
         _ => None,
     };
