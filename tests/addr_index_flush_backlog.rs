@@ -111,28 +111,28 @@ fn flush_backlog() {
     assert_eq!(alive(), 0);
 
     // Much foreign garbage queued ahead (queued while a guard was held, so
-    // that none of it is collected on the way), then one flush drops the
-    // value: the review's 2,000 bags (fewer under Miri, the same path).
-    let bags = if cfg!(miri) { 400 } else { 2_000 };
-    with_guard_held_elsewhere(|| foreign_garbage(bags));
-    let id = index.insert(0..8, Counted::new()).unwrap();
-    drop(index.remove(id));
-    index.flush();
-    assert_eq!(
-        alive(),
-        0,
-        "{bags} foreign bags ahead: one flush left the value"
+    // that none of it is collected on the way), then one call drops the
+    // value: one flush behind the review's 2,000 bags, `synchronize` past
+    // what one flush goes through (fewer under Miri, the same paths).
+    let behind = |bags: usize, call: &dyn Fn(), name: &str| {
+        with_guard_held_elsewhere(|| foreign_garbage(bags));
+        let id = index.insert(0..8, Counted::new()).unwrap();
+        drop(index.remove(id));
+        call();
+        assert_eq!(
+            alive(),
+            0,
+            "{bags} foreign bags ahead: {name} left the value"
+        );
+    };
+    behind(
+        if cfg!(miri) { 400 } else { 2_000 },
+        &|| index.flush(),
+        "one flush",
     );
-
-    // Past what one flush goes through, `synchronize` keeps going.
-    let bags = if cfg!(miri) { 600 } else { 6_000 };
-    with_guard_held_elsewhere(|| foreign_garbage(bags));
-    let id = index.insert(0..8, Counted::new()).unwrap();
-    drop(index.remove(id));
-    index.synchronize();
-    assert_eq!(
-        alive(),
-        0,
-        "{bags} foreign bags ahead: synchronize left the value"
+    behind(
+        if cfg!(miri) { 600 } else { 6_000 },
+        &|| index.synchronize(),
+        "synchronize",
     );
 }
