@@ -632,7 +632,7 @@ impl<T> Limbo<T> {
 /// two flips enough (review: three unserialized flippers could end an empty
 /// phase twice and return early), and an ended phase's count only falls
 /// while its waiter waits (no flip can bring new tickets to it).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Drops {
     /// The phase new tickets take (under the writer lock).
     phase: usize,
