@@ -231,3 +231,5 @@
 //! [`ModuleId::from_raw`]: crate::ModuleId::from_raw
 //! [`ModuleMeta::base`]: crate::ModuleMeta::base
 //! [`Removed`]: crate::Removed
+
+pub mod no_std;

@@ -79,6 +79,17 @@
 //!   `Ord` or in a batch closure rolls the write back; see
 //!   [`LatchTree`](LatchTree#user-code-that-misbehaves).
 //!
+//! # Features
+//!
+//! * `std` (default): thread-locals, the OS's lock for writers, panics in
+//!   user code rolled back. Without it the core builds on `core` + `alloc`;
+//!   [`guide::no_std`] says what changes.
+//! * `objects`: `LoadedObjects`, a live index of
+//!   the process's ELF objects (Linux, 64-bit; needs `std`).
+//! * `serde`: `Serialize`/`Deserialize` for [`LatchTree`].
+//! * `huge-pages`: large indexes ask Linux for transparent huge pages for
+//!   their node chunks (needs `std`).
+//!
 //! # Trade-offs and limits
 //!
 //! * **Two link sets per entry** (48 bytes of links on 64-bit targets), and
@@ -91,6 +102,11 @@
 //! * Lookups cost a descent of about `log2(n)` dependent loads: as fast as a
 //!   `BTreeMap` at module-sized `n`, slower for very large `n`.
 #![warn(rust_2018_idioms)]
+// Without `std` the crate builds on `core` and `alloc` (see the
+// `guide::no_std` page); its own tests always have `std`.
+#![cfg_attr(not(any(feature = "std", test)), no_std)]
+
+extern crate alloc;
 
 mod addr_index;
 pub mod guide;
@@ -102,6 +118,7 @@ mod reclaim;
 mod section;
 mod stats;
 mod sync;
+mod unwind;
 
 pub use addr_index::{
     AddrIndex, AddrIndexError, HandlerSection, Hit, IndexBatch, InsertError, ModuleId, ModuleMeta,
@@ -115,7 +132,7 @@ pub use objects::{
     ObjectInfo, ObjectKind, ObjectRef, ObjectsSection, Problem, ProblemKind, Refresh,
     UnindexedObject,
 };
-pub use reclaim::{pin, swallowed_drop_panics};
+pub use reclaim::{default_collector, pin, swallowed_drop_panics};
 pub use stats::Stats;
 
 /// The handler sections' grace period on its own, for the loom model of

@@ -49,7 +49,8 @@
 //! anyone useful (it belongs to an entry removed by an earlier write); it is
 //! caught and counted ([`swallowed_drop_panics`]).
 
-use core::cell::{Cell, RefCell};
+use alloc::boxed::Box;
+use core::cell::Cell;
 use core::ptr::NonNull;
 use crossbeam_epoch::{Collector, Guard};
 
@@ -81,7 +82,7 @@ struct Retired {
 /// # Safety
 /// `ptr` came from `Box::<T>::into_raw` and is not used again.
 unsafe fn drop_box<T>(ptr: NonNull<u8>) {
-    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+    let r = crate::unwind::catch_unwind(crate::unwind::AssertUnwindSafe(|| {
         // SAFETY: caller.
         drop(unsafe { Box::from_raw(ptr.cast::<T>().as_ptr()) });
     }));
@@ -138,13 +139,84 @@ pub fn swallowed_drop_panics() -> u64 {
     }
 }
 
-std::thread_local! {
-    /// How many writer scopes this thread is inside. No destructor, so it
-    /// stays readable during thread-local destruction.
-    static WRITE_DEPTH: Cell<usize> = const { Cell::new(0) };
-    /// Destructors and reclamation work postponed until this thread leaves
-    /// its outermost scope ([`after_outermost_write`]).
-    static POSTPONED: RefCell<Vec<Box<dyn FnOnce()>>> = const { RefCell::new(Vec::new()) };
+/// What reclamation keeps per thread: the writer scopes it is inside, the
+/// work postponed to the end of the outermost one, and the drop tickets
+/// it holds. Without `std` there are no thread-locals: a thread is never
+/// known to be inside a writer scope, so nothing is postponed (a drop due
+/// in a write nested in another tree's batch closure runs under that
+/// write's lock), and a waiter cannot tell that it holds a ticket itself
+/// (the `guide::no_std` page says what that means for callers).
+#[cfg(feature = "std")]
+mod here {
+    use alloc::boxed::Box;
+    use alloc::vec::Vec;
+    use core::cell::{Cell, RefCell};
+
+    std::thread_local! {
+        /// How many writer scopes this thread is inside. No destructor, so it
+        /// stays readable during thread-local destruction.
+        static WRITE_DEPTH: Cell<usize> = const { Cell::new(0) };
+        /// Destructors and reclamation work postponed until this thread leaves
+        /// its outermost scope ([`after_outermost_write`](super::after_outermost_write)).
+        static POSTPONED: RefCell<Vec<Box<dyn FnOnce()>>> = const { RefCell::new(Vec::new()) };
+        /// How many [`DropTicket`](super::DropTicket)s this thread holds (from
+        /// the lock that took each until its drops ran). No destructor:
+        /// readable during thread-local destruction.
+        static TICKETS_HERE: Cell<usize> = const { Cell::new(0) };
+    }
+
+    /// Adds `by` (+1 or -1) to the scopes this thread is inside; returns how
+    /// many it is inside now.
+    pub(super) fn scopes(by: isize) -> usize {
+        WRITE_DEPTH.with(|d| {
+            d.set(d.get().wrapping_add_signed(by));
+            d.get()
+        })
+    }
+
+    /// Postpones `work`, or hands it back if thread-locals are being
+    /// destroyed.
+    pub(super) fn postpone(work: Box<dyn FnOnce()>) -> Option<Box<dyn FnOnce()>> {
+        let mut work = Some(work);
+        let _ = POSTPONED.try_with(|p| p.borrow_mut().extend(work.take()));
+        work
+    }
+
+    /// The latest postponed work, taken off the list.
+    pub(super) fn next_postponed() -> Option<Box<dyn FnOnce()>> {
+        POSTPONED.try_with(|p| p.borrow_mut().pop()).ok().flatten()
+    }
+
+    /// Adds `by` to the tickets this thread holds; returns how many it
+    /// holds now.
+    pub(super) fn tickets(by: isize) -> usize {
+        TICKETS_HERE.with(|t| {
+            t.set(t.get().wrapping_add_signed(by));
+            t.get()
+        })
+    }
+}
+
+/// See the `std` version.
+#[cfg(not(feature = "std"))]
+mod here {
+    use alloc::boxed::Box;
+
+    pub(super) fn scopes(_: isize) -> usize {
+        0
+    }
+
+    pub(super) fn postpone(work: Box<dyn FnOnce()>) -> Option<Box<dyn FnOnce()>> {
+        Some(work)
+    }
+
+    pub(super) fn next_postponed() -> Option<Box<dyn FnOnce()>> {
+        None
+    }
+
+    pub(super) fn tickets(_: isize) -> usize {
+        0
+    }
 }
 
 /// Marks the current thread as (possibly) holding a writer lock, from
@@ -154,24 +226,20 @@ pub(crate) struct WriterScope(());
 impl WriterScope {
     /// Enters a scope; hold the value across the whole write.
     pub(crate) fn enter() -> Self {
-        WRITE_DEPTH.with(|d| d.set(d.get() + 1));
+        here::scopes(1);
         WriterScope(())
     }
 }
 
 impl Drop for WriterScope {
     fn drop(&mut self) {
-        let depth = WRITE_DEPTH.with(|d| {
-            d.set(d.get() - 1);
-            d.get()
-        });
-        if depth > 0 {
+        if here::scopes(-1) > 0 {
             return;
         }
         // Outermost scope left: the lock is released. Run what was
         // postponed, one at a time without holding the list borrowed (a
         // destructor may write, and so postpone and drain, itself).
-        while let Some(work) = POSTPONED.try_with(|p| p.borrow_mut().pop()).ok().flatten() {
+        while let Some(work) = here::next_postponed() {
             work();
         }
     }
@@ -183,15 +251,10 @@ impl Drop for WriterScope {
 /// nested in another tree's batch closure would run other deferred
 /// closures under that write's lock (DESIGN §7).
 pub(crate) fn after_outermost_write(work: impl FnOnce() + 'static) {
-    let mut work = Some(work);
-    if in_writer_scope() {
-        let _ = POSTPONED.try_with(|p| {
-            if let Some(w) = work.take() {
-                p.borrow_mut().push(Box::new(w));
-            }
-        });
+    if !in_writer_scope() {
+        return work();
     }
-    if let Some(work) = work {
+    if let Some(work) = here::postpone(Box::new(work)) {
         work();
     }
 }
@@ -218,9 +281,15 @@ unsafe fn drop_or_postpone<T>(ptr: NonNull<u8>) {
     unsafe { drop_after_outermost_write(r) };
 }
 
-/// Pins the current thread to crossbeam-epoch's default collector: the
-/// guard every guarded read of a tree or index built with `new()` takes.
-/// The same as [`crossbeam_epoch::pin`], after a `Release` fence.
+/// Pins the current thread to the crate's default collector: the guard
+/// every guarded read of a tree or index built with `new()` takes. With
+/// `std`, that is crossbeam-epoch's default collector and this is
+/// `crossbeam_epoch::pin()`, after a `Release` fence. Without `std`
+/// (crossbeam then has no default collector: it keeps one participant per
+/// thread in a thread-local) it is a collector the crate makes on first
+/// use, and each call registers a participant for its guard (an
+/// allocation): a hot path should pin a [`LocalHandle`](crate::LocalHandle)
+/// of [`default_collector`] that it keeps.
 ///
 /// The fence works around crossbeam-epoch 0.9.21's pin on targets other
 /// than x86-64 (and under Miri): it publishes the pin with a `Relaxed`
@@ -244,8 +313,61 @@ pub fn pin() -> Guard {
     // advance (`Global::try_advance`, after it loads each participant's
     // epoch): an advance that reads this pin is ordered after every access
     // of this thread's earlier guards.
-    std::sync::atomic::fence(std::sync::atomic::Ordering::Release);
-    crossbeam_epoch::pin()
+    core::sync::atomic::fence(core::sync::atomic::Ordering::Release);
+    #[cfg(feature = "std")]
+    {
+        crossbeam_epoch::pin()
+    }
+    #[cfg(not(feature = "std"))]
+    {
+        default_collector().register().pin()
+    }
+}
+
+/// The collector of every tree and index built with `new()` (see [`pin`]):
+/// crossbeam-epoch's default collector with `std`; without it, one made on
+/// first use and kept for the life of the process.
+///
+/// ```
+/// let tree = latchtree::LatchTree::new();
+/// tree.insert(1, "one");
+/// let handle = latchtree::default_collector().register(); // keep it per thread
+/// let guard = handle.pin();
+/// assert_eq!(tree.get(&1, &guard), Some(&"one"));
+/// ```
+pub fn default_collector() -> &'static Collector {
+    #[cfg(feature = "std")]
+    {
+        crossbeam_epoch::default_collector()
+    }
+    #[cfg(not(feature = "std"))]
+    {
+        use core::sync::atomic::{AtomicPtr, Ordering};
+        static DEFAULT: AtomicPtr<Collector> = AtomicPtr::new(core::ptr::null_mut());
+        // Acquire: pairs with the AcqRel exchange below, so the collector
+        // another thread made is seen whole.
+        let mut c = DEFAULT.load(Ordering::Acquire);
+        if c.is_null() {
+            let made = Box::into_raw(Box::new(Collector::new()));
+            c = match DEFAULT.compare_exchange(
+                core::ptr::null_mut(),
+                made,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => made,
+                Err(theirs) => {
+                    // SAFETY: `made` came from `Box::into_raw` just above and
+                    // was never shared (the exchange failed).
+                    drop(unsafe { Box::from_raw(made) });
+                    theirs
+                }
+            };
+        }
+        // SAFETY: a non-null `DEFAULT` came from `Box::into_raw` and is
+        // never freed, so it lives for the rest of the process.
+        unsafe { &*c }
+    }
 }
 
 impl Reclaimer {
@@ -280,7 +402,7 @@ impl Reclaimer {
             Some(c) => {
                 let handle = c.register();
                 // Release: as in [`pin`].
-                std::sync::atomic::fence(std::sync::atomic::Ordering::Release);
+                core::sync::atomic::fence(core::sync::atomic::Ordering::Release);
                 handle.pin()
             }
         }
@@ -292,7 +414,7 @@ impl Reclaimer {
     pub(crate) fn check_guard(&self, guard: &Guard) {
         let ok = match (guard.collector(), &self.collector) {
             (Some(g), Some(c)) => g == c,
-            (Some(g), None) => g == crossbeam_epoch::default_collector(),
+            (Some(g), None) => g == default_collector(),
             (None, _) => false,
         };
         assert!(
@@ -306,7 +428,7 @@ impl Reclaimer {
 /// Whether this thread is inside a [`WriterScope`]: then nothing that may
 /// run user code should be dropped here (see [`postpone_drop`]).
 pub(crate) fn in_writer_scope() -> bool {
-    WRITE_DEPTH.with(Cell::get) > 0
+    here::scopes(0) > 0
 }
 
 /// Postpones dropping the `Box<T>` behind `ptr` until this thread leaves
@@ -344,7 +466,7 @@ const LIMBO_KEPT: usize = 64;
 /// the writer lock. See the module docs.
 pub(crate) struct Limbo<T> {
     /// Retired items with their period, oldest first.
-    queue: std::collections::VecDeque<(u64, T)>,
+    queue: alloc::collections::VecDeque<(u64, T)>,
     /// The running (or last) transaction's period.
     period: u64,
     /// The period the outstanding (or last) announcement covers.
@@ -358,7 +480,7 @@ pub(crate) struct Limbo<T> {
     since_help: u32,
     /// The period announced as past its grace period; made on first use.
     #[cfg(not(latchtree_loom))]
-    passed: Option<std::sync::Arc<crate::sync::AtomicU64>>,
+    passed: Option<alloc::sync::Arc<crate::sync::AtomicU64>>,
 }
 
 impl<T> core::fmt::Debug for Limbo<T> {
@@ -375,7 +497,7 @@ impl<T> core::fmt::Debug for Limbo<T> {
 #[must_use]
 pub(crate) struct Job {
     #[cfg(not(latchtree_loom))]
-    announce: Option<(std::sync::Arc<crate::sync::AtomicU64>, u64)>,
+    announce: Option<(alloc::sync::Arc<crate::sync::AtomicU64>, u64)>,
 }
 
 /// A write's limbo job, set by its body or its release hook (both may: they
@@ -462,7 +584,7 @@ impl<T> Limbo<T> {
     crate::sync::const_fn_unless_loom! {
         pub(crate) fn new() -> Self {
             Limbo {
-                queue: std::collections::VecDeque::new(),
+                queue: alloc::collections::VecDeque::new(),
                 period: 0,
                 announced: 0,
                 retiring: false,
@@ -572,9 +694,9 @@ impl<T> Limbo<T> {
             {
                 let passed = self
                     .passed
-                    .get_or_insert_with(|| std::sync::Arc::new(crate::sync::AtomicU64::new(0)));
+                    .get_or_insert_with(|| alloc::sync::Arc::new(crate::sync::AtomicU64::new(0)));
                 return Some(Job {
-                    announce: Some((std::sync::Arc::clone(passed), latest)),
+                    announce: Some((alloc::sync::Arc::clone(passed), latest)),
                 });
             }
             #[cfg(latchtree_loom)]
@@ -638,7 +760,7 @@ pub(crate) struct Drops {
     phase: usize,
     /// Made on first use (`new` is `const`, and a ticket may outlive the
     /// tree when its drops are postponed).
-    phases: Option<std::sync::Arc<Phases>>,
+    phases: Option<alloc::sync::Arc<Phases>>,
 }
 
 /// The counters of [`Drops`], shared with tickets and waiters.
@@ -651,11 +773,11 @@ pub(crate) struct Phases {
 }
 
 /// One writer's due drops in flight (see [`Drops`]): dropped after them, on
-/// the thread that took it (not `Send`: this thread's [`TICKETS_HERE`]
+/// the thread that took it (not `Send`: this thread's ticket count (`here`)
 /// counts it).
 #[derive(Debug)]
 pub(crate) struct DropTicket {
-    phases: std::sync::Arc<Phases>,
+    phases: alloc::sync::Arc<Phases>,
     phase: usize,
     _here: core::marker::PhantomData<*const ()>,
 }
@@ -671,11 +793,11 @@ impl Drops {
     /// drop once they are dropped.
     pub(crate) fn ticket(&mut self) -> DropTicket {
         let phase = self.phase;
-        let phases = std::sync::Arc::clone(self.phases.get_or_insert_with(Default::default));
+        let phases = alloc::sync::Arc::clone(self.phases.get_or_insert_with(Default::default));
         // Relaxed: the writer lock orders it before a later flip, and a
         // waiter reads the count after that flip (it took the lock too).
         phases.counts[phase].fetch_add(1, crate::sync::Ordering::Relaxed);
-        TICKETS_HERE.with(|t| t.set(t.get() + 1));
+        here::tickets(1);
         DropTicket {
             phases,
             phase,
@@ -684,7 +806,7 @@ impl Drops {
     }
 
     /// Under the writer lock: the counters, if a ticket was ever taken.
-    pub(crate) fn phases(&self) -> Option<std::sync::Arc<Phases>> {
+    pub(crate) fn phases(&self) -> Option<alloc::sync::Arc<Phases>> {
         self.phases.clone()
     }
 
@@ -708,7 +830,7 @@ impl Phases {
     /// flips' own drops would wait for that scope's end): both return at
     /// once (the callers' docs say so).
     pub(crate) fn wait_for_drops(&self, mut flip: impl FnMut() -> usize) {
-        if TICKETS_HERE.with(Cell::get) > 0 || in_writer_scope() {
+        if here::tickets(0) > 0 || in_writer_scope() {
             return;
         }
         let _one_waiter = crate::sync::lock(&self.waiting);
@@ -718,7 +840,7 @@ impl Phases {
             // them read-modify-writes, so reading the last one's value
             // synchronizes with every earlier one).
             while self.counts[ended].load(crate::sync::Ordering::Acquire) > 0 {
-                std::thread::yield_now();
+                crate::sync::wait_hint();
             }
         }
     }
@@ -726,7 +848,7 @@ impl Phases {
 
 impl Drop for DropTicket {
     fn drop(&mut self) {
-        TICKETS_HERE.with(|t| t.set(t.get() - 1));
+        here::tickets(-1);
         // Release: pairs with the Acquire load in `Phases::wait_for_drops`,
         // so that the drops this ticket covered happen-before its return.
         self.phases.counts[self.phase].fetch_sub(1, crate::sync::Ordering::Release);
@@ -743,13 +865,6 @@ impl DropTicket {
             drop(self);
         });
     }
-}
-
-std::thread_local! {
-    /// How many [`DropTicket`]s this thread holds (from the lock that took
-    /// each until its drops ran). No destructor: readable during
-    /// thread-local destruction.
-    static TICKETS_HERE: Cell<usize> = const { Cell::new(0) };
 }
 
 /// What one round of a front-end's `flush` found, under its writer lock

@@ -2,11 +2,16 @@
 //!
 //! Every atomic, fence and lock the crate uses comes from here, so that
 //! `RUSTFLAGS="--cfg latchtree_loom"` swaps in loom's model-checked versions everywhere
-//! at once. Nothing else in the crate imports `std::sync::atomic`.
+//! at once. Nothing else in the crate imports `core::sync::atomic`.
+//!
+//! Without the `std` feature the writers' lock is [`SpinMutex`]: writers
+//! are rare and short next to reads, and no OS is there to park on.
 
 #[cfg(not(latchtree_loom))]
-pub(crate) use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering, fence};
-#[cfg(not(latchtree_loom))]
+pub(crate) use core::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering, fence};
+#[cfg(all(not(latchtree_loom), not(feature = "std")))]
+pub(crate) use spin::{SpinMutex as Mutex, SpinMutexGuard as MutexGuard};
+#[cfg(all(not(latchtree_loom), feature = "std"))]
 pub(crate) use std::sync::{Mutex, MutexGuard};
 
 #[cfg(latchtree_loom)]
@@ -21,16 +26,35 @@ pub(crate) fn retry_hint() {
     #[cfg(latchtree_loom)]
     loom::thread::yield_now();
     #[cfg(not(latchtree_loom))]
-    std::hint::spin_loop();
+    core::hint::spin_loop();
 }
+
+/// What a waiter does between two looks at what it waits for: gives the
+/// CPU away (`std`), or spins.
+#[inline]
+pub(crate) fn wait_hint() {
+    #[cfg(any(latchtree_loom, feature = "std"))]
+    yield_now();
+    #[cfg(not(any(latchtree_loom, feature = "std")))]
+    core::hint::spin_loop();
+}
+
+#[cfg(latchtree_loom)]
+use loom::thread::yield_now;
+#[cfg(all(not(latchtree_loom), feature = "std"))]
+use std::thread::yield_now;
 
 /// Takes a writer lock, ignoring poisoning: every writer leaves the structure
 /// consistent even when user code panics (see `raw::latch`), so a poisoned
 /// lock carries no information we need.
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    #[cfg(not(latchtree_loom))]
+    #[cfg(all(not(latchtree_loom), feature = "std"))]
     {
         m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+    #[cfg(all(not(latchtree_loom), not(feature = "std")))]
+    {
+        m.lock()
     }
     #[cfg(latchtree_loom)]
     {
@@ -51,3 +75,124 @@ macro_rules! const_fn_unless_loom {
     };
 }
 pub(crate) use const_fn_unless_loom;
+
+/// The writers' lock without `std`.
+#[cfg(all(not(latchtree_loom), not(feature = "std")))]
+mod spin {
+    use core::cell::UnsafeCell;
+    use core::ops::{Deref, DerefMut};
+    use core::sync::atomic::{AtomicBool, Ordering};
+
+    /// A test-and-test-and-set spin lock (no poisoning: see [`super::lock`]).
+    pub(crate) struct SpinMutex<T> {
+        locked: AtomicBool,
+        value: UnsafeCell<T>,
+    }
+
+    // SAFETY: the lock hands out `&mut T` to one thread at a time, so
+    // sharing the lock moves the value between threads, as `Mutex` does.
+    unsafe impl<T: Send> Sync for SpinMutex<T> {}
+
+    /// Holds a [`SpinMutex`]; unlocks when dropped.
+    pub(crate) struct SpinMutexGuard<'a, T>(&'a SpinMutex<T>);
+
+    impl<T> SpinMutex<T> {
+        pub(crate) const fn new(value: T) -> Self {
+            SpinMutex {
+                locked: AtomicBool::new(false),
+                value: UnsafeCell::new(value),
+            }
+        }
+
+        pub(crate) fn lock(&self) -> SpinMutexGuard<'_, T> {
+            loop {
+                // Acquire: pairs with the Release store in the guard's
+                // `drop`, so the last holder's writes happen-before ours.
+                if self
+                    .locked
+                    .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+                    .is_ok()
+                {
+                    return SpinMutexGuard(self);
+                }
+                // Relaxed: only a hint to try again; the CAS above orders.
+                while self.locked.load(Ordering::Relaxed) {
+                    core::hint::spin_loop();
+                }
+            }
+        }
+    }
+
+    impl<T> Deref for SpinMutexGuard<'_, T> {
+        type Target = T;
+        fn deref(&self) -> &T {
+            // SAFETY: this guard holds the lock: no other reference exists.
+            unsafe { &*self.0.value.get() }
+        }
+    }
+
+    impl<T> DerefMut for SpinMutexGuard<'_, T> {
+        fn deref_mut(&mut self) -> &mut T {
+            // SAFETY: as in `deref`, and `&mut self` makes it unique.
+            unsafe { &mut *self.0.value.get() }
+        }
+    }
+
+    impl<T> Drop for SpinMutexGuard<'_, T> {
+        fn drop(&mut self) {
+            // Release: pairs with the Acquire CAS in `lock`.
+            self.0.locked.store(false, Ordering::Release);
+        }
+    }
+
+    impl<T: Default> Default for SpinMutex<T> {
+        fn default() -> Self {
+            SpinMutex::new(T::default())
+        }
+    }
+
+    impl<T> core::fmt::Debug for SpinMutex<T> {
+        fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+            f.debug_struct("SpinMutex").finish_non_exhaustive()
+        }
+    }
+}
+
+/// The no_std lock and the no_std default collector, under two threads
+/// (Miri runs these: `.ci/run`'s miri layer).
+#[cfg(all(test, not(latchtree_loom), not(feature = "std")))]
+mod tests {
+    use super::{Mutex, lock};
+
+    #[test]
+    fn the_spin_lock_excludes_and_publishes() {
+        let m = Mutex::new(0_u64);
+        let rounds = if cfg!(miri) { 50 } else { 10_000 };
+        std::thread::scope(|s| {
+            for _ in 0..2 {
+                s.spawn(|| {
+                    for _ in 0..rounds {
+                        let mut g = lock(&m);
+                        // A lost update shows as a short total.
+                        let v = *g;
+                        core::hint::spin_loop();
+                        *g = v + 1;
+                    }
+                });
+            }
+        });
+        assert_eq!(*lock(&m), 2 * rounds);
+    }
+
+    #[test]
+    fn every_thread_gets_the_same_default_collector() {
+        let [a, b] = std::thread::scope(|s| {
+            let t =
+                [0, 1].map(|_| s.spawn(|| core::ptr::from_ref(crate::default_collector()).addr()));
+            t.map(|t| t.join().unwrap())
+        });
+        assert_eq!(a, b);
+        let g = crate::pin();
+        assert!(g.collector() == Some(crate::default_collector()));
+    }
+}

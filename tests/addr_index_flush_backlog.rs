@@ -102,8 +102,10 @@ fn flush_backlog() {
         .find(|_| {
             let id = index.insert(0..8, Counted::new()).unwrap();
             drop(index.remove(id));
-            // The last few writes' own values may still wait.
-            alive() <= 4
+            // The last few writes' own values may still wait (a few more
+            // without `std`, whose internal pins register a participant
+            // each: its bag reaches the queue when its guard ends).
+            alive() <= if cfg!(feature = "std") { 4 } else { 8 }
         })
         .expect("a backlog still alive after 16 writes with no guard held");
     eprintln!("a backlog of {n} gone after {writes} insert + remove pairs");

@@ -120,6 +120,10 @@ fn synchronize_waits_for_a_guard_pinned_before_the_removal() {
 /// for itself, also when the drop was put off to the end of another
 /// tree's write (review of issue 25's fix).
 #[test]
+#[cfg_attr(
+    not(feature = "std"),
+    ignore = "without std no thread-local tells a nested write (guide::no_std)"
+)]
 fn synchronize_from_a_removed_values_drop_returns() {
     static INDEX: AddrIndex<Resync> = AddrIndex::new();
     struct Resync;

@@ -247,6 +247,10 @@ impl Drop for Writes {
 /// garbage due: it is not dropped there (under the outer lock) but after
 /// the outer write released it.
 #[test]
+#[cfg_attr(
+    not(feature = "std"),
+    ignore = "without std no thread-local tells a nested write (guide::no_std)"
+)]
 fn garbage_due_in_a_nested_write_is_dropped_after_the_outer_lock() {
     let panics = latchtree::swallowed_drop_panics();
     let mut postponed = 0;
@@ -384,6 +388,10 @@ fn foreign_closures_run_under_an_outer_write(rounds: u64, mut nested: impl FnMut
 /// ran *other* code's deferred closures under the outer tree's writer lock
 /// (DESIGN §7). The job is now postponed to the end of the outermost write.
 #[test]
+#[cfg_attr(
+    not(feature = "std"),
+    ignore = "without std no thread-local tells a nested write (guide::no_std)"
+)]
 fn a_nested_write_does_not_collect_under_the_outer_writer_lock() {
     let inner = latchtree::LatchTree::new();
     let ran = foreign_closures_run_under_an_outer_write(size(50, 10), |round| {
@@ -398,6 +406,10 @@ fn a_nested_write_does_not_collect_under_the_outer_writer_lock() {
 /// outer writer lock); they are now retired when the outermost write ends,
 /// and still dropped.
 #[test]
+#[cfg_attr(
+    not(feature = "std"),
+    ignore = "without std no thread-local tells a nested write (guide::no_std)"
+)]
 fn a_nested_index_write_does_not_collect_under_the_outer_writer_lock() {
     let index = latchtree::AddrIndex::new();
     let value = Arc::new(());

@@ -13,10 +13,11 @@ use super::slab::Fields;
 use super::types::{ModuleId, ModuleMeta, RawHit, Segment, Segments};
 use crate::raw::{Dir, Slot, Txn};
 use crate::sync::Ordering;
+use alloc::sync::Arc;
+use alloc::vec::Vec;
 use core::fmt;
 use core::ops::Range;
 use core::ptr::NonNull;
-use std::sync::Arc;
 
 /// The handle a [`write`](AddrIndex::write) batch works through: every
 /// write of [`AddrIndex`], plus reads of the version being built

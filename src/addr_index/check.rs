@@ -5,6 +5,9 @@
 use super::index::AddrIndex;
 use super::table;
 use crate::sync::Ordering;
+use alloc::format;
+use alloc::string::String;
+use alloc::vec::Vec;
 
 impl<T: Send + Sync + 'static> AddrIndex<T> {
     #[doc(hidden)]

@@ -78,7 +78,7 @@ impl fmt::Display for AddrIndexError {
     }
 }
 
-impl std::error::Error for AddrIndexError {}
+impl core::error::Error for AddrIndexError {}
 
 /// A rejected write and the value it was given, handed back untouched: the
 /// index never drops a value it did not keep.
@@ -142,4 +142,4 @@ impl<T> fmt::Display for InsertError<T> {
 }
 
 /// Its `Display` is the error's, so it has no `source`.
-impl<T> std::error::Error for InsertError<T> {}
+impl<T> core::error::Error for InsertError<T> {}

@@ -4,6 +4,7 @@
 
 use super::record::Record;
 use super::table::Array;
+use alloc::boxed::Box;
 use core::ptr::NonNull;
 
 /// What an index's limbo (`reclaim::Limbo`) holds: a record or a table
@@ -40,7 +41,7 @@ impl<T> Garbage<T> {
     /// # Safety
     /// As for [`free`](Garbage::free).
     pub(crate) unsafe fn free_now(self) {
-        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match self {
+        let r = crate::unwind::catch_unwind(crate::unwind::AssertUnwindSafe(|| match self {
             // SAFETY: a `Box` made by `record.rs` or `table.rs` (caller:
             // unreachable, once).
             Garbage::Record(r) => drop(unsafe { Box::from_raw(r.as_ptr()) }),

@@ -13,6 +13,9 @@ use crate::raw::{RawTree, View};
 use crate::reclaim::{Drops, Limbo, Reclaimer};
 use crate::section::{SectionClock, Sections};
 use crate::sync::{AtomicU64, Ordering};
+use alloc::boxed::Box;
+use alloc::format;
+use alloc::vec::Vec;
 use core::fmt;
 use core::ptr::NonNull;
 
@@ -189,7 +192,7 @@ pub(super) struct Writer<T> {
 /// # When a removed value is dropped
 ///
 /// The index shares each value with the readers that may still see it
-/// through a guard, as an [`Arc`](std::sync::Arc): `remove` and `set_value`
+/// through a guard, as an [`Arc`](alloc::sync::Arc): `remove` and `set_value`
 /// hand the caller a clone of it. The index lets go of its own reference by
 /// the same writer-side reclamation as [`LatchTree`](crate::LatchTree): a
 /// removed (or replaced) module's record waits, with the writer, until no
@@ -382,7 +385,7 @@ impl<T> Drop for AddrIndex<T> {
         }
         let mut panic = None;
         for r in records {
-            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let r = crate::unwind::catch_unwind(crate::unwind::AssertUnwindSafe(|| {
                 // SAFETY: a live record is owned by the index alone (readers
                 // are gone: `&mut self`), and appears once in table 0.
                 drop(unsafe { Box::from_raw(r) })
@@ -391,8 +394,8 @@ impl<T> Drop for AddrIndex<T> {
                 panic.get_or_insert(p);
             }
         }
-        if let Some(p) = panic.filter(|_| !std::thread::panicking()) {
-            std::panic::resume_unwind(p);
+        if let Some(p) = panic.filter(|_| !crate::unwind::panicking()) {
+            crate::unwind::resume_unwind(p);
         }
     }
 }

@@ -4,9 +4,9 @@
 
 use super::record::Record;
 use super::types::{ModuleId, ModuleMeta, Segment, Segments};
+use alloc::sync::Arc;
 use core::fmt;
 use core::ops::Range;
-use std::sync::Arc;
 
 /// One registered module, borrowed for as long as the guard lives: the
 /// result of [`AddrIndex::module`](crate::AddrIndex::module) and

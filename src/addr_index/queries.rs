@@ -7,6 +7,7 @@ use super::record::Record;
 use super::types::{Hit, ModuleId, RawHit};
 use crate::raw::{Dir, View};
 use crate::sync::Ordering;
+use alloc::vec::Vec;
 use core::ops::Range;
 use crossbeam_epoch::Guard;
 

@@ -9,8 +9,9 @@
 //! once its grace period passed: `reclaim::Limbo`).
 
 use super::types::Segments;
+use alloc::boxed::Box;
+use alloc::sync::Arc;
 use core::ptr::NonNull;
-use std::sync::Arc;
 
 /// See the module docs.
 pub(crate) struct Record<T> {

@@ -48,8 +48,9 @@
 
 use crate::raw::{Kids, LinkRef, Linked, Links, Parent};
 use crate::sync::{AtomicPtr, AtomicU64, Ordering};
+use alloc::alloc::Layout;
+use alloc::vec::Vec;
 use core::ptr::{self, NonNull};
-use std::alloc::Layout;
 
 /// A huge page's size (x86-64 and aarch64 with 4 KiB base pages).
 const HUGE_PAGE: usize = 2 << 20;
@@ -262,9 +263,9 @@ impl<M> Slab<M> {
             .expect("a chunk of at most 2 MiB has a valid layout");
         // SAFETY: the layout's size is not zero (`len >= 16`, nodes are not
         // zero-sized).
-        let raw = unsafe { std::alloc::alloc(layout) };
+        let raw = unsafe { alloc::alloc::alloc(layout) };
         let Some(base) = NonNull::new(raw) else {
-            std::alloc::handle_alloc_error(layout)
+            alloc::alloc::handle_alloc_error(layout)
         };
         if align == HUGE_PAGE {
             advise_huge_page(base, layout.size());
@@ -309,7 +310,7 @@ impl<M> Drop for Slab<M> {
             // once, when the index (and so every reader's borrow) is gone; nodes need no drop
             // (asserted).
             // SAFETY: so this frees each chunk once, with its own layout.
-            unsafe { std::alloc::dealloc(chunk.base.as_ptr(), chunk.layout) };
+            unsafe { alloc::alloc::dealloc(chunk.base.as_ptr(), chunk.layout) };
         }
     }
 }
@@ -334,7 +335,7 @@ mod tests {
             module: ptr::null_mut(),
         };
         let nodes: Vec<_> = (0..40_000).map(|i| slab.alloc(fields(i))).collect();
-        let mut seen = std::collections::HashSet::new();
+        let mut seen = alloc::collections::BTreeSet::new();
         for (i, n) in nodes.iter().enumerate() {
             assert!(seen.insert(n.as_ptr().addr()), "node {i} handed out twice");
             // SAFETY: the slab is alive.

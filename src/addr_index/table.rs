@@ -28,6 +28,9 @@
 
 use super::record::Record;
 use crate::sync::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+use alloc::boxed::Box;
+use alloc::vec;
+use alloc::vec::Vec;
 use core::ptr::{self, NonNull};
 
 /// One `(id, record)` entry; `record` null: a tombstone.

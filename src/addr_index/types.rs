@@ -1,6 +1,7 @@
 //! The plain types of the address index: ids, per-module metadata, segments
 //! and the hits readers get back.
 
+use alloc::boxed::Box;
 use core::fmt;
 use core::ops::Range;
 

@@ -30,6 +30,7 @@ use super::table::Dirty;
 use super::types::{ModuleId, ModuleMeta, Segment};
 use crate::raw::Txn;
 use crate::reclaim::{DropTicket, JobSlot, WriterScope};
+use alloc::vec::Vec;
 use core::cell::Cell;
 use core::ops::Range;
 
@@ -287,7 +288,7 @@ impl<T: Send + Sync + 'static> AddrIndex<T> {
             if oldest.is_none_or(|p| p >= before) {
                 break;
             }
-            std::thread::yield_now();
+            crate::sync::wait_hint();
         }
         self.wait_for_drops();
     }

@@ -3,12 +3,12 @@
 
 use super::{Node, Shells, bound_step, entry, exact, key_step};
 use crate::raw::{Dir, Slot, Txn};
+use crate::unwind::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use core::borrow::Borrow;
 use core::cmp::Ordering;
 use core::fmt;
 use core::ops::Bound;
 use core::ptr::{self, NonNull};
-use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 
 /// The writer's handle inside [`LatchTree::write`](crate::LatchTree::write):
 /// its changes become

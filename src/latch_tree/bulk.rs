@@ -7,6 +7,7 @@
 //! races a reader; `Extend` through `&LatchTree` is one batch instead.
 
 use super::{LatchTree, Node, free_nodes};
+use alloc::vec::Vec;
 use core::fmt;
 use core::ptr::NonNull;
 
@@ -46,7 +47,7 @@ impl fmt::Display for UnsortedInput {
     }
 }
 
-impl std::error::Error for UnsortedInput {}
+impl core::error::Error for UnsortedInput {}
 
 /// Nodes allocated for a load, freed if the load does not finish (an
 /// unsorted input, a panicking iterator or `Ord`).
@@ -175,7 +176,7 @@ impl<K: Ord + Send + 'static, V: Send + 'static> Extend<(K, V)> for &LatchTree<K
         // whatever the batch did not consume (an `Ord` panic stops it) is
         // dropped after the lock is released, when `pending` goes out of
         // scope, also while unwinding.
-        let mut pending: std::vec::IntoIter<(K, V)> =
+        let mut pending: alloc::vec::IntoIter<(K, V)> =
             iter.into_iter().collect::<Vec<_>>().into_iter();
         self.write(|batch| {
             for (k, v) in pending.by_ref() {

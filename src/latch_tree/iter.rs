@@ -27,12 +27,12 @@
 
 use super::{LatchTree, Node, entry};
 use crate::raw::{Cursor, Dir, Step};
+use core::borrow::Borrow;
 use core::fmt;
 use core::iter::FusedIterator;
 use core::ops::{Bound, RangeBounds};
 use core::ptr;
 use crossbeam_epoch::Guard;
-use std::borrow::Borrow;
 
 impl<K: Ord, V> LatchTree<K, V> {
     /// A double-ended iterator over the entries in key order; see the

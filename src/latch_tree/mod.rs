@@ -21,6 +21,8 @@ use crate::raw::{Cursor, Dir, LinkRef, Linked, Links, RawTree, View};
 use crate::reclaim::{Limbo, Reclaimer};
 use crate::stats::Stats;
 use crate::sync::AtomicPtr;
+use alloc::boxed::Box;
+use alloc::vec::Vec;
 use core::borrow::Borrow;
 use core::cmp::Ordering;
 use core::fmt;
@@ -78,13 +80,13 @@ impl<K, V> Node<K, V> {
     /// value, and no reader can reach it any more (its grace period passed).
     unsafe fn drop_entry(node: NonNull<Self>) {
         let p = node.as_ptr();
-        let key = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let key = crate::unwind::catch_unwind(crate::unwind::AssertUnwindSafe(|| {
             // SAFETY: the caller hands over the only access to a node whose
             // key and value are initialized; the key is dropped once.
             unsafe { ptr::drop_in_place(&raw mut (*p).key) }
         }));
         // A panic in the key's `Drop` still lets the value's run.
-        let value = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let value = crate::unwind::catch_unwind(crate::unwind::AssertUnwindSafe(|| {
             // SAFETY: as above, for the value.
             unsafe { ptr::drop_in_place(&raw mut (*p).value) }
         }));
@@ -237,7 +239,9 @@ impl<K, V> Writer<K, V> {
 /// During `drop` of the tree, the other entries are still dropped and the
 /// first panic from a live entry is then resumed, unless the thread is
 /// already unwinding: then it is counted instead (resuming it would abort
-/// the process).
+/// the process). Without the `std` feature nothing can catch a panic:
+/// one that unwinds out of user code inside a write aborts instead
+/// ([`guide::no_std`](crate::guide::no_std)).
 ///
 /// # When a removed entry is dropped
 ///
@@ -525,7 +529,7 @@ impl<K, V> Drop for LatchTree<K, V> {
 fn free_nodes<K, V>(nodes: impl IntoIterator<Item = NonNull<Node<K, V>>>) {
     let mut panic = None;
     for node in nodes {
-        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let r = crate::unwind::catch_unwind(crate::unwind::AssertUnwindSafe(|| {
             // The caller hands over nodes that came from `Node::alloc` or `Shells::alloc` (a
             // `Box<Node>`'s allocation, holding a key and value), are reachable by no reader and
             // are freed once.
@@ -533,7 +537,7 @@ fn free_nodes<K, V>(nodes: impl IntoIterator<Item = NonNull<Node<K, V>>>) {
             drop(unsafe { Box::from_raw(node.as_ptr()) });
         }));
         if let Err(p) = r {
-            if panic.is_some() || std::thread::panicking() {
+            if panic.is_some() || crate::unwind::panicking() {
                 crate::reclaim::count_swallowed_drop_panic();
             } else {
                 panic = Some(p);
@@ -541,7 +545,7 @@ fn free_nodes<K, V>(nodes: impl IntoIterator<Item = NonNull<Node<K, V>>>) {
         }
     }
     if let Some(p) = panic {
-        std::panic::resume_unwind(p);
+        crate::unwind::resume_unwind(p);
     }
 }
 

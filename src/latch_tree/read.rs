@@ -2,6 +2,8 @@
 
 use super::{LatchTree, Node, bound_step, entry, exact, key_step};
 use crate::raw::{Cursor, Dir};
+use alloc::string::String;
+use alloc::vec::Vec;
 use core::borrow::Borrow;
 use core::ops::Bound;
 use crossbeam_epoch::Guard;

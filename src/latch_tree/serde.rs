@@ -4,6 +4,7 @@
 //! as with `BTreeMap`).
 
 use super::LatchTree;
+use alloc::vec::Vec;
 use core::fmt;
 use core::marker::PhantomData;
 use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};

@@ -15,6 +15,7 @@ use super::descent::balanced_height;
 use super::links::{Dir, Linked, link_store_order};
 use super::walk::nodes_in_order;
 use crate::sync::{AtomicPtr, Ordering};
+use alloc::vec::Vec;
 use core::ops::Range;
 use core::ptr::{self, NonNull};
 

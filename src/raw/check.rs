@@ -15,7 +15,10 @@ use super::descent::Descent;
 use super::links::{Dir, Linked};
 use super::shared::MAX_DEPTH;
 use crate::sync::{AtomicPtr, Ordering};
-use std::collections::HashSet;
+use alloc::collections::BTreeSet;
+use alloc::format;
+use alloc::string::String;
+use alloc::vec::Vec;
 
 /// One node's links in one copy, as plain values.
 #[derive(Debug, PartialEq, Eq)]
@@ -41,7 +44,7 @@ pub(crate) fn check<N: Linked>(
     for copy in 0..2 {
         let root = roots[copy].load(Ordering::Relaxed);
         let mut order: Vec<*mut N> = Vec::new();
-        let mut seen = HashSet::new();
+        let mut seen = BTreeSet::new();
         if !root.is_null() {
             // SAFETY: at rest every node reachable from a root is live.
             let r = unsafe { &*root }.links(copy);
@@ -115,7 +118,7 @@ fn subtree<N: Linked>(
     copy: usize,
     depth: usize,
     height: &mut usize,
-    seen: &mut HashSet<usize>,
+    seen: &mut BTreeSet<usize>,
     order: &mut Vec<*mut N>,
 ) -> Result<usize, String> {
     if n.is_null() {

@@ -3,9 +3,9 @@
 //! (Stacked Borrows) model with strict provenance.
 
 use super::{Dir, LinkRef, Linked, Links, RawTree, Slot};
+use alloc::sync::Arc;
 use core::ptr::NonNull;
 use std::collections::BTreeSet;
-use std::sync::Arc;
 
 struct Node {
     links: [Links<Node>; 2],
@@ -222,6 +222,10 @@ fn batches_apply_in_order() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "std"),
+    ignore = "without std a panic inside a write or a drop aborts (unwind.rs)"
+)]
 fn a_panicking_body_rolls_back_everything() {
     let h = Harness::new();
     h.apply(&(0..20).map(|k| (true, k)).collect::<Vec<_>>(), None);
@@ -448,9 +452,11 @@ fn descent_plan_holds_through_random_batches_rollbacks_and_rebuilds() {
         let ops: Vec<(bool, u64)> = (0..len)
             .map(|_| (!xorshift(&mut x).is_multiple_of(3), xorshift(&mut x) % 200))
             .collect();
+        // Without `std` a panic inside a write aborts (`unwind.rs`).
         let panic_after = xorshift(&mut x)
             .is_multiple_of(5)
-            .then(|| (xorshift(&mut x) % len as u64) as usize);
+            .then(|| (xorshift(&mut x) % len as u64) as usize)
+            .filter(|_| cfg!(feature = "std"));
         let _ =
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| h.apply(&ops, panic_after)));
         h.check();
@@ -590,10 +596,13 @@ fn relocation_moves_every_node_into_the_balanced_shape() {
             }
         })
     };
-    let rolled = relocate(&h, true);
-    assert!(rolled.is_empty());
-    h.check();
-    assert_eq!(h.keys(), keys, "rolled back whole");
+    if cfg!(feature = "std") {
+        // Without `std` a panic inside a write aborts (`unwind.rs`).
+        let rolled = relocate(&h, true);
+        assert!(rolled.is_empty());
+        h.check();
+        assert_eq!(h.keys(), keys, "rolled back whole");
+    }
     let order = relocate(&h, false);
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     reader.join().unwrap();

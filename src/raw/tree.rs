@@ -27,8 +27,10 @@ use super::shared::{Shared, View};
 use super::txn::{Op, Shape, Txn, rebuild_due};
 use super::walk::nodes_in_order;
 use crate::sync::{AtomicUsize, Mutex, Ordering, lock};
+use crate::unwind::{AssertUnwindSafe, catch_unwind, resume_unwind};
+use alloc::string::String;
+use alloc::vec::Vec;
 use core::ptr::{self, NonNull};
-use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 
 /// Two copies of a red-black tree behind a seqcount latch, plus the
 /// front-end's writer state `W` under the writer lock.
@@ -410,16 +412,18 @@ impl<N: Linked, W> RawTree<N, W> {
 
 /// An address unique to the calling thread (of a thread-local without a
 /// destructor, so it works even during thread-local destruction); 0 under
-/// loom, whose threads share one OS thread.
+/// loom, whose threads share one OS thread, and without `std`, which has no
+/// thread-locals (a nested write then spins on its own lock: the
+/// `guide::no_std` page says so).
 fn this_thread() -> usize {
-    #[cfg(not(latchtree_loom))]
+    #[cfg(all(not(latchtree_loom), feature = "std"))]
     {
         std::thread_local! {
             static MARK: u8 = const { 0 };
         }
         MARK.try_with(|m| ptr::from_ref(m).addr()).unwrap_or(0)
     }
-    #[cfg(latchtree_loom)]
+    #[cfg(any(latchtree_loom, not(feature = "std")))]
     {
         0
     }

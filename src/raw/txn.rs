@@ -12,6 +12,7 @@ use super::rbtree::Side;
 use super::shared::Shared;
 use super::walk::nodes_in_order;
 use crate::sync::Ordering;
+use alloc::vec::Vec;
 use core::ptr::{self, NonNull};
 
 /// What [`Txn::find`] found in copy 0.

@@ -5,6 +5,7 @@
 use super::links::{Dir, Linked};
 use super::shared::{MAX_DEPTH, View};
 use crate::sync::Ordering;
+use alloc::vec::Vec;
 use core::ptr::NonNull;
 
 /// Every node of the subtree at `root` (null: none) in one copy, in key
