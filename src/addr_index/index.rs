@@ -186,6 +186,22 @@ pub(super) struct Writer<T> {
 /// flips, so no reader ever sees a module's ranges without its record (or
 /// the reverse), or counts that disagree with either.
 ///
+/// # Memory
+///
+/// A range costs one 128-byte node (two cache lines: what `lookup` reads
+/// fills the first) plus its module's record and value and two table slots.
+/// Writes reuse the nodes of removed ranges, and the module tables and the
+/// limbo shrink as modules go, but the node chunks themselves are **never
+/// given back by a write**, nor by [`flush`](AddrIndex::flush) or
+/// [`synchronize`](AddrIndex::synchronize): the signal-safe
+/// [`lookup`](AddrIndex::lookup) pins nothing and registers nowhere, so no
+/// grace period can tell when a reader that started before a removal (a
+/// descheduled thread, or a signal handler that interrupted one) has left
+/// the chunk it stands on. After removing most ranges, call
+/// [`shrink_to_fit`](AddrIndex::shrink_to_fit), which needs `&mut self`
+/// (the proof that no reader is left) and leaves about what a fresh index
+/// of the remaining modules holds; dropping the index frees everything.
+///
 /// # When a removed value is dropped
 ///
 /// The index shares each value with the readers that may still see it

@@ -335,6 +335,20 @@ impl<T> Table<T> {
         self.slots().len()
     }
 
+    /// Drops the tombstones and moves the live slots into an array of the
+    /// capacity a table of them needs (none if empty), freeing the old
+    /// arrays (not the records) at once: `&mut self`, no reader is left.
+    pub(crate) fn shrink_to_fit(&mut self) {
+        let live: Vec<_> = self.dump().into_iter().filter(|s| !s.1.is_null()).collect();
+        self.free();
+        let n = live.len();
+        if n > 0 {
+            self.replace_array(capacity(n), live);
+        }
+        self.len.store(n, Ordering::Relaxed);
+        self.live.store(n, Ordering::Relaxed);
+    }
+
     /// Frees the arrays (not the records).
     pub(crate) fn free(&mut self) {
         let published = self.array.swap(ptr::null_mut(), Ordering::Relaxed);

@@ -33,6 +33,10 @@ use crate::reclaim::{DropTicket, JobSlot, WriterScope};
 use core::cell::Cell;
 use core::ops::Range;
 
+/// The capacity the writer's lists of created and retired records keep
+/// between writes.
+const RECORDS_KEPT: usize = 16;
+
 /// After a write's lock: what the limbo handed out as due, and its job
 /// (dropped after the writer lock is released, also while unwinding).
 struct Reclaiming<'a, T: 'static> {
@@ -174,8 +178,12 @@ impl<T: Send + Sync + 'static> AddrIndex<T> {
     pub fn write<R>(&self, f: impl FnOnce(&mut IndexBatch<'_, T>) -> R) -> R {
         self.transact(|txn, w, end| {
             w.dirty = Dirty::new();
-            w.created.clear();
-            w.retired.clear();
+            // Cleared, and past a large batch given back down to a small
+            // capacity (writes of one module never grow them past it).
+            for records in [&mut w.created, &mut w.retired] {
+                records.clear();
+                records.shrink_to(RECORDS_KEPT);
+            }
             let mut batch = IndexBatch {
                 index: self,
                 txn: txn.reborrow(),

@@ -363,7 +363,32 @@ impl<N: Linked, W> RawTree<N, W> {
         s.latch.count_write();
     }
 
-    /// Every node, in key order; for the front-end's `Drop`.
+    /// The front-end's writer state, for a caller holding `&mut self` (no
+    /// reader or writer runs).
+    pub(crate) fn state_mut(&mut self) -> &mut W {
+        let locked = match self.writer.get_mut() {
+            Ok(l) => l,
+            // Poisoning carries nothing we need (`sync::lock`).
+            Err(e) => e.into_inner(),
+        };
+        &mut locked.state
+    }
+
+    /// After [`build`](RawTree::build) on a tree emptied by
+    /// [`drain_nodes`](RawTree::drain_nodes): marks the shape balanced (as
+    /// `build` left it) and gives back the transaction log's buffer, which
+    /// the largest batch so far sized. `&mut self`: no transaction runs.
+    pub(crate) fn reset_after_build(&mut self) {
+        let locked = match self.writer.get_mut() {
+            Ok(l) => l,
+            Err(e) => e.into_inner(),
+        };
+        locked.log = Vec::new();
+        locked.shape = Shape::REBUILT;
+    }
+
+    /// Every node, in key order, with both copies emptied; for the
+    /// front-end's `Drop` and compaction (`&mut self`).
     pub(crate) fn drain_nodes(&mut self) -> Vec<NonNull<N>> {
         let s = &self.shared;
         // SAFETY: `&mut self`: no transaction runs, copy 0 holds only live

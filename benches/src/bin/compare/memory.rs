@@ -21,6 +21,8 @@ pub(crate) const ADDR_ASCENDING: &str = "latchtree AddrIndex (ascending inserts)
 /// Bytes an index holds after growing to n, removing 99 % and flushing,
 /// over what a fresh index of the remaining 1 % holds.
 pub(crate) const AFTER_REMOVAL: &str = "latchtree AddrIndex after 99% removed + synchronize";
+/// The same after [`AddrIndex::shrink_to_fit`].
+pub(crate) const AFTER_SHRINK: &str = "latchtree AddrIndex after 99% removed + shrink_to_fit";
 /// The case of the after-removal rows.
 pub(crate) const AFTER_CASE: &str = "held / fresh index of the 1% left";
 /// Allocator calls per `insert` + `remove` pair.
@@ -181,6 +183,13 @@ fn after_removal(keys: &[u64], rows: &mut Vec<Row>) {
     let (ix, held, _) = measure(grow_and_remove);
     drop(ix);
     row(AFTER_REMOVAL, held);
+    let (ix, held, _) = measure(|| {
+        let mut ix = grow_and_remove();
+        ix.shrink_to_fit();
+        ix
+    });
+    drop(ix);
+    row(AFTER_SHRINK, held);
 }
 
 /// Allocator calls per `insert` (a one-range module) + `remove` pair at 84
