@@ -16,7 +16,6 @@ use crate::sync::Ordering;
 use core::fmt;
 use core::ops::Range;
 use core::ptr::NonNull;
-use std::sync::Arc;
 
 /// The handle a [`write`](AddrIndex::write) batch works through: every
 /// write of [`AddrIndex`], plus reads of the version being built
@@ -191,7 +190,7 @@ impl<T> IndexBatch<'_, T> {
         let id = self.w.next_id;
         self.w.next_id += 1;
         let base = meta.base.unwrap_or(segments[0].range.start);
-        let rec = Record::boxed(id, Arc::new(value), segments, base, meta.tag);
+        let rec = self.w.spare.make(id, value, segments, base, meta.tag);
         self.w.created.push(rec);
         // Flip before rewriting anything readers may stand on (recycled
         // nodes, table 0): see slab.rs.
@@ -303,7 +302,10 @@ impl<T> IndexBatch<'_, T> {
         };
         // SAFETY: a live record of the version being built.
         let o = unsafe { old.as_ref() };
-        let rec = Record::boxed(id.0, Arc::new(value), o.segments.clone(), o.base, tag);
+        let rec = self
+            .w
+            .spare
+            .make(id.0, value, o.segments.clone(), o.base, tag);
         self.w.created.push(rec);
         self.txn.begin();
         self.index.tables[0].set(id.0, rec, &mut self.w.dirty);

@@ -60,6 +60,8 @@ impl<T> AddrIndex<T> {
         w.limbo.shrink_to_fit();
         w.created = Vec::new();
         w.retired = Vec::new();
+        w.due = Vec::new();
+        w.spare.free_all();
         let live = self.tree.len();
         let w = self.tree.state_mut();
         if w.slab.free_nodes() > 0 && w.slab.nodes() > Slab::<Record<T>>::fresh_nodes(live) {

@@ -4,7 +4,7 @@
 //! copy, and `Drop`. Reads are `queries.rs`'s, writes `write.rs`'s and
 //! `batch.rs`'s.
 
-use super::garbage::Garbage;
+use super::garbage::{Garbage, Spare};
 use super::record::Record;
 use super::slab::{RangeNode, Slab};
 use super::table::{Dirty, Table};
@@ -35,6 +35,10 @@ pub(super) struct Writer<T> {
     pub(super) clock: SectionClock,
     /// Due drops in flight after a write's lock (`synchronize` waits).
     pub(super) drops: Drops,
+    /// Recycled record memory (`garbage.rs`).
+    pub(super) spare: Spare<T>,
+    /// The buffer the next write collects its due items in (`write.rs`).
+    pub(super) due: Vec<Garbage<T>>,
 }
 
 /// An address-range index: non-overlapping `[start, end)` ranges of `u64`
@@ -279,6 +283,8 @@ impl<T> AddrIndex<T> {
                     limbo: Limbo::new(),
                     clock: SectionClock::new(),
                     drops: Drops::new(),
+                    spare: Spare::new(),
+                    due: Vec::new(),
                 }),
                 bounds: [
                     CopyBounds([AtomicU64::new(u64::MAX), AtomicU64::new(0)]),

@@ -23,7 +23,7 @@
 
 use super::batch::{IndexBatch, prepare};
 use super::error::InsertError;
-use super::garbage::Garbage;
+use super::garbage::{Garbage, Pool};
 use super::index::{AddrIndex, Ending, Node, Writer};
 use super::module::Removed;
 use super::table::Dirty;
@@ -32,6 +32,7 @@ use crate::raw::Txn;
 use crate::reclaim::{DropTicket, JobSlot, WriterScope};
 use core::cell::Cell;
 use core::ops::Range;
+use std::sync::Arc;
 
 /// The capacity the writer's lists of created and retired records keep
 /// between writes.
@@ -45,6 +46,8 @@ struct Reclaiming<'a, T: 'static> {
     /// Taken under the lock with the due items, dropped after them: what a
     /// `synchronize` on another thread waits for (`reclaim::Drops`).
     ticket: Option<DropTicket>,
+    /// Where the due records' memory goes (with them).
+    pool: Option<Arc<Pool<T>>>,
     job: JobSlot,
 }
 
@@ -53,12 +56,14 @@ impl<T: 'static> Drop for Reclaiming<'_, T> {
         let due = core::mem::take(&mut self.due);
         // Due items always come with their ticket (`transact`).
         debug_assert!(self.ticket.is_some() || due.is_empty());
-        if let Some(ticket) = self.ticket.take() {
+        if let (Some(ticket), Some(pool)) = (self.ticket.take(), self.pool.take()) {
             ticket.run_after(move || {
-                for g in due {
+                let mut due = due;
+                for g in due.drain(..) {
                     // SAFETY: handed out by the limbo once, its grace period passed.
-                    unsafe { g.free() };
+                    unsafe { g.free(&pool) };
                 }
+                pool.return_due_buffer(due);
             });
         }
         if let Some(job) = self.job.take() {
@@ -84,6 +89,7 @@ impl<T: 'static> AddrIndex<T> {
             index: self,
             due: Vec::new(),
             ticket: None,
+            pool: None,
             job: JobSlot::default(),
         };
         let r = {
@@ -94,7 +100,11 @@ impl<T: 'static> AddrIndex<T> {
             let _scope = WriterScope::enter();
             let end = Cell::new(Ending::Rollback);
             let Reclaiming {
-                due, ticket, job, ..
+                due,
+                ticket,
+                pool,
+                job,
+                ..
             } = &mut reclaiming;
             // The body and the release hook share the job through the cell.
             let job = &*job;
@@ -107,9 +117,19 @@ impl<T: 'static> AddrIndex<T> {
                         let waiting = w.limbo.epoch_due();
                         let period = w.limbo.next_period();
                         let sections = w.clock.poll(&self.sections, period, waiting);
-                        w.limbo.begin(sections, |g| due.push(g), j);
-                        if !due.is_empty() {
+                        // In the writer's buffer, handed on with the items if
+                        // any are due (and back by the drops): no allocation
+                        // once warm.
+                        let mut buffer = core::mem::take(&mut w.due);
+                        w.limbo.begin(sections, |g| buffer.push(g), j);
+                        if buffer.is_empty() {
+                            w.due = buffer;
+                        } else {
                             *ticket = Some(w.drops.ticket());
+                            let p = w.spare.pool();
+                            w.due = p.due_buffer();
+                            *pool = Some(p);
+                            *due = buffer;
                         }
                         for t in &self.tables {
                             t.take_replaced(|a| w.limbo.retire(Garbage::Array(a), j));
