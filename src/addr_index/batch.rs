@@ -268,11 +268,11 @@ impl<T> IndexBatch<'_, T> {
     /// assert_eq!(**removed.value(), 'a');
     /// ```
     pub fn remove(&mut self, id: ModuleId) -> Option<Removed<T>> {
-        let rec = self.record(id)?;
+        let (slot, rec) = self.index.tables[0].locate(id.0)?;
         // SAFETY: a live record of the version being built.
         let r = unsafe { rec.as_ref() };
         self.txn.begin();
-        self.index.tables[0].remove(id.0, &mut self.w.dirty);
+        self.index.tables[0].remove_at(slot, &mut self.w.dirty);
         for s in r.segments.iter() {
             let node = self.node_at(s.range.start);
             // SAFETY: `node` came from `find` just now.

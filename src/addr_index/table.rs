@@ -249,11 +249,20 @@ impl<T> Table<T> {
         dirty.add(i, i + 1);
     }
 
-    /// Tombstones the live slot of `id`, compacting if tombstones dominate
-    /// (into a smaller array if the live slots fill less than a quarter).
-    pub(crate) fn remove(&self, id: u64, dirty: &mut Dirty) {
+    /// The slot and record of live module `id`, if any (writer-only: for
+    /// [`remove_at`](Table::remove_at) without a second search).
+    pub(crate) fn locate(&self, id: u64) -> Option<(usize, NonNull<Record<T>>)> {
         let slots = self.slots();
-        let i = self.position(slots, id).expect("remove of a registered id");
+        let i = self.position(slots, id).ok()?;
+        NonNull::new(load(&slots[i]).1).map(|r| (i, r))
+    }
+
+    /// Tombstones live slot `i` (from [`locate`](Table::locate), nothing
+    /// changed since), compacting if tombstones dominate (into a smaller
+    /// array if the live slots fill less than a quarter).
+    pub(crate) fn remove_at(&self, i: usize, dirty: &mut Dirty) {
+        let slots = self.slots();
+        let (id, _) = load(&slots[i]);
         self.set_slot(i, id, ptr::null_mut());
         let live = self.live() - 1;
         self.live.store(live, Ordering::Relaxed);
