@@ -148,11 +148,10 @@ impl<T> Spare<T> {
         if let Some(pool) = &self.pool {
             let mut taken = pool.take_all();
             // SAFETY: hollow records this list took, freed once.
-            unsafe { free_list(&mut self.head) };
-            // SAFETY: as above.
-            unsafe { free_list(&mut taken) };
-            // Relaxed: an approximate bound.
-            pool.count.store(0, Ordering::Relaxed);
+            let freed = unsafe { free_list(&mut self.head) + free_list(&mut taken) };
+            // Relaxed: an approximate bound; each record freed was counted
+            // by its `give`.
+            pool.count.fetch_sub(freed, Ordering::Relaxed);
             *crate::sync::lock(&pool.due) = Vec::new();
         }
     }
@@ -165,19 +164,22 @@ impl<T> Drop for Spare<T> {
 }
 
 /// Frees the hollow records of the list at `head` (and their hollow
-/// `Arc`s), emptying it.
+/// `Arc`s), emptying it; returns how many.
 ///
 /// # Safety
 /// The list is the caller's alone, of hollow records written by
 /// [`Pool::give`].
-unsafe fn free_list<T>(head: &mut *mut Record<T>) {
+unsafe fn free_list<T>(head: &mut *mut Record<T>) -> usize {
+    let mut freed = 0;
     while let Some(r) = NonNull::new(*head) {
         // SAFETY: caller.
         let hollow = unsafe { r.cast::<Hollow<T>>().read() };
         *head = hollow.next;
         // SAFETY: caller: a hollow record and `Arc`, freed once here.
         unsafe { free_hollow(r, hollow.value) };
+        freed += 1;
     }
+    freed
 }
 
 /// Frees a hollow record, and a hollow `Arc` (`T` already dropped).
@@ -216,7 +218,8 @@ fn hollow_arc<T>(mut value: Arc<T>) -> Option<NonNull<T>> {
     // `get_mut` succeeded: this is the only reference, so nothing else can
     // read `T`; it is dropped once here and not used as a `T` again until
     // `Spare::make` writes a new one. (A panicking `Drop` still leaves it
-    // dropped.)
+    // dropped.) The pointer `into_raw` returns is derived from the
+    // allocation's own pointer, as `get_mut`'s reference is: it may write.
     // SAFETY: so dropping in place is sound.
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| unsafe {
         ptr::drop_in_place(p)
@@ -297,7 +300,7 @@ impl<T> Drop for Pool<T> {
     fn drop(&mut self) {
         let mut head = self.returned.swap(ptr::null_mut(), Ordering::Relaxed);
         // SAFETY: `&mut self`: the list is the pool's alone.
-        unsafe { free_list(&mut head) };
+        let _ = unsafe { free_list(&mut head) };
     }
 }
 

@@ -56,7 +56,8 @@ impl<T: 'static> Drop for Reclaiming<'_, T> {
         let due = core::mem::take(&mut self.due);
         // Due items always come with their ticket (`transact`).
         debug_assert!(self.ticket.is_some() || due.is_empty());
-        if let (Some(ticket), Some(pool)) = (self.ticket.take(), self.pool.take()) {
+        if let Some(ticket) = self.ticket.take() {
+            let pool = self.pool.take().expect("due items come with their pool");
             ticket.run_after(move || {
                 let mut due = due;
                 for g in due.drain(..) {

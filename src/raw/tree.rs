@@ -376,8 +376,8 @@ impl<N: Linked, W> RawTree<N, W> {
 
     /// After [`build`](RawTree::build) on a tree emptied by
     /// [`drain_nodes`](RawTree::drain_nodes): marks the shape balanced (as
-    /// `build` left it) and gives back the transaction log's buffer, which
-    /// the largest batch so far sized. `&mut self`: no transaction runs.
+    /// `build` left it) and gives back the transaction log's buffer (up to
+    /// 1024 entries are kept between writes). `&mut self`: no transaction runs.
     pub(crate) fn reset_after_build(&mut self) {
         let locked = match self.writer.get_mut() {
             Ok(l) => l,
