@@ -261,7 +261,7 @@ impl<M> Slab<M> {
     }
 
     /// The bytes the chunks hold.
-    #[cfg(test)]
+    #[cfg(all(test, not(latchtree_loom)))]
     pub(crate) fn chunk_bytes(&self) -> usize {
         self.chunks.iter().map(|c| c.layout.size()).sum()
     }
