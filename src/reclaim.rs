@@ -735,7 +735,13 @@ impl<T> Limbo<T> {
         self.queue.is_empty()
     }
 
-    /// Takes every waiting item (for the owner's `Drop`: no reader is left).
+    /// Gives the queue's spare memory back (after a [`drain`](Limbo::drain)).
+    pub(crate) fn shrink_to_fit(&mut self) {
+        self.queue.shrink_to_fit();
+    }
+
+    /// Takes every waiting item (for the owner's `Drop` or `shrink_to_fit`:
+    /// no reader is left).
     pub(crate) fn drain(&mut self) -> impl Iterator<Item = T> + '_ {
         self.queue.drain(..).map(|(_, item)| item)
     }

@@ -62,6 +62,22 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     }
 }
 
+/// The value behind a lock its caller holds `&mut` to (no one else can
+/// hold the lock), ignoring poisoning as [`lock`] does.
+pub(crate) fn lock_mut<T>(m: &mut Mutex<T>) -> &mut T {
+    #[cfg(not(all(not(latchtree_loom), not(feature = "std"))))]
+    {
+        match m.get_mut() {
+            Ok(v) => v,
+            Err(e) => e.into_inner(),
+        }
+    }
+    #[cfg(all(not(latchtree_loom), not(feature = "std")))]
+    {
+        m.get_mut()
+    }
+}
+
 /// Declares a `const fn` normally and a plain `fn` under loom, whose atomics
 /// and locks have no `const` constructors.
 macro_rules! const_fn_unless_loom {
@@ -102,6 +118,10 @@ mod spin {
                 locked: AtomicBool::new(false),
                 value: UnsafeCell::new(value),
             }
+        }
+
+        pub(crate) fn get_mut(&mut self) -> &mut T {
+            self.value.get_mut()
         }
 
         pub(crate) fn lock(&self) -> SpinMutexGuard<'_, T> {

@@ -13,7 +13,6 @@ use super::slab::Fields;
 use super::types::{ModuleId, ModuleMeta, RawHit, Segment, Segments};
 use crate::raw::{Dir, Slot, Txn};
 use crate::sync::Ordering;
-use alloc::sync::Arc;
 use alloc::vec::Vec;
 use core::fmt;
 use core::ops::Range;
@@ -192,7 +191,7 @@ impl<T> IndexBatch<'_, T> {
         let id = self.w.next_id;
         self.w.next_id += 1;
         let base = meta.base.unwrap_or(segments[0].range.start);
-        let rec = Record::boxed(id, Arc::new(value), segments, base, meta.tag);
+        let rec = self.w.spare.make(id, value, segments, base, meta.tag);
         self.w.created.push(rec);
         // Flip before rewriting anything readers may stand on (recycled
         // nodes, table 0): see slab.rs.
@@ -270,11 +269,11 @@ impl<T> IndexBatch<'_, T> {
     /// assert_eq!(**removed.value(), 'a');
     /// ```
     pub fn remove(&mut self, id: ModuleId) -> Option<Removed<T>> {
-        let rec = self.record(id)?;
+        let (slot, rec) = self.index.tables[0].locate(id.0)?;
         // SAFETY: a live record of the version being built.
         let r = unsafe { rec.as_ref() };
         self.txn.begin();
-        self.index.tables[0].remove(id.0, &mut self.w.dirty);
+        self.index.tables[0].remove_at(slot, &mut self.w.dirty);
         for s in r.segments.iter() {
             let node = self.node_at(s.range.start);
             // SAFETY: `node` came from `find` just now.
@@ -304,7 +303,10 @@ impl<T> IndexBatch<'_, T> {
         };
         // SAFETY: a live record of the version being built.
         let o = unsafe { old.as_ref() };
-        let rec = Record::boxed(id.0, Arc::new(value), o.segments.clone(), o.base, tag);
+        let rec = self
+            .w
+            .spare
+            .make(id.0, value, o.segments.clone(), o.base, tag);
         self.w.created.push(rec);
         self.txn.begin();
         self.index.tables[0].set(id.0, rec, &mut self.w.dirty);

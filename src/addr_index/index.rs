@@ -4,7 +4,7 @@
 //! copy, and `Drop`. Reads are `queries.rs`'s, writes `write.rs`'s and
 //! `batch.rs`'s.
 
-use super::garbage::Garbage;
+use super::garbage::{Garbage, Spare};
 use super::record::Record;
 use super::slab::{RangeNode, Slab};
 use super::table::{Dirty, Table};
@@ -38,6 +38,10 @@ pub(super) struct Writer<T> {
     pub(super) clock: SectionClock,
     /// Due drops in flight after a write's lock (`synchronize` waits).
     pub(super) drops: Drops,
+    /// Recycled record memory (`garbage.rs`).
+    pub(super) spare: Spare<T>,
+    /// The buffer the next write collects its due items in (`write.rs`).
+    pub(super) due: Vec<Garbage<T>>,
 }
 
 /// An address-range index: non-overlapping `[start, end)` ranges of `u64`
@@ -189,6 +193,22 @@ pub(super) struct Writer<T> {
 /// flips, so no reader ever sees a module's ranges without its record (or
 /// the reverse), or counts that disagree with either.
 ///
+/// # Memory
+///
+/// A range costs one 128-byte node (two cache lines: what `lookup` reads
+/// fills the first) plus its module's record and value and two table slots.
+/// Writes reuse the nodes of removed ranges, and the module tables and the
+/// limbo shrink as modules go, but the node chunks themselves are **never
+/// given back by a write**, nor by [`flush`](AddrIndex::flush) or
+/// [`synchronize`](AddrIndex::synchronize): the signal-safe
+/// [`lookup`](AddrIndex::lookup) pins nothing and registers nowhere, so no
+/// grace period can tell when a reader that started before a removal (a
+/// descheduled thread, or a signal handler that interrupted one) has left
+/// the chunk it stands on. After removing most ranges, call
+/// [`shrink_to_fit`](AddrIndex::shrink_to_fit), which needs `&mut self`
+/// (the proof that no reader is left) and leaves about what a fresh index
+/// of the remaining modules holds; dropping the index frees everything.
+///
 /// # When a removed value is dropped
 ///
 /// The index shares each value with the readers that may still see it
@@ -266,6 +286,8 @@ impl<T> AddrIndex<T> {
                     limbo: Limbo::new(),
                     clock: SectionClock::new(),
                     drops: Drops::new(),
+                    spare: Spare::new(),
+                    due: Vec::new(),
                 }),
                 bounds: [
                     CopyBounds([AtomicU64::new(u64::MAX), AtomicU64::new(0)]),

@@ -18,6 +18,7 @@
 //! * `batch.rs`: the operations inside a write ([`IndexBatch`]);
 //! * `write.rs`: every write, as one transaction, and the limbo's part of
 //!   it (what a write drops, and when);
+//! * `compact.rs`: giving memory back (`shrink_to_fit`, `&mut self`);
 //! * `check.rs`: the invariant checker.
 //!
 //! One latch steers readers over everything: the two copies of the range
@@ -27,6 +28,7 @@
 
 mod batch;
 mod check;
+mod compact;
 mod error;
 mod garbage;
 mod handler;

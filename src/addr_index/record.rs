@@ -5,8 +5,10 @@
 //! segments, base and tag. It is immutable once created: `set_value` makes a
 //! new record. Records are heap boxes; pinned readers reach them from a range
 //! node's `module` word or from the module table, and a record is retired
-//! into the index's limbo only after it left both copies of both (and freed
-//! once its grace period passed: `reclaim::Limbo`).
+//! into the index's limbo only after it left both copies of both; once its
+//! grace period passed (`reclaim::Limbo`) its memory, and its value's when
+//! the index held the last reference, is recycled for a later record
+//! (`garbage.rs`, `Spare::make`) or freed.
 
 use super::types::Segments;
 use alloc::boxed::Box;

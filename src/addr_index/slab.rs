@@ -234,9 +234,37 @@ impl<M> Slab<M> {
     }
 
     /// The nodes in all chunks, free or not.
-    #[cfg(test)]
     pub(crate) fn nodes(&self) -> usize {
         self.nodes
+    }
+
+    /// The free nodes (for compaction's decision and the tests).
+    pub(crate) fn free_nodes(&self) -> usize {
+        self.free.len()
+    }
+
+    /// The nodes a fresh slab holds once it grew to hold `need` (the same
+    /// chunk schedule as [`grow`](Slab::grow)): what compaction aims for.
+    pub(crate) fn fresh_nodes(need: usize) -> usize {
+        let node = size_of::<RangeNode<M>>();
+        let per_huge_page = HUGE_PAGE / node;
+        let (mut nodes, mut chunks, mut huge) = (0, 0, 0);
+        while nodes < need {
+            nodes += if nodes >= per_huge_page {
+                huge += 1;
+                (HUGE_PAGE - chunk_colour(huge - 1)) / node
+            } else {
+                (chunks + 1).min(64) * 16
+            };
+            chunks += 1;
+        }
+        nodes
+    }
+
+    /// The bytes the chunks hold.
+    #[cfg(all(test, not(latchtree_loom)))]
+    pub(crate) fn chunk_bytes(&self) -> usize {
+        self.chunks.iter().map(|c| c.layout.size()).sum()
     }
 
     /// Puts a node that left both copies back on the free list.
@@ -318,6 +346,23 @@ impl<M> Drop for Slab<M> {
 #[cfg(all(test, not(latchtree_loom)))]
 mod tests {
     use super::*;
+
+    /// `fresh_nodes` follows the chunk schedule `grow` follows.
+    #[test]
+    fn fresh_nodes_follows_the_growth_schedule() {
+        let mut slab = Slab::<()>::new();
+        let sizes: &[usize] = if cfg!(miri) {
+            &[0, 1, 16, 17, 49, 100]
+        } else {
+            &[0, 1, 16, 17, 49, 100, 1000, 16_384, 16_385, 40_000]
+        };
+        for &need in sizes {
+            while slab.nodes < need {
+                slab.grow();
+            }
+            assert_eq!(Slab::<()>::fresh_nodes(need), slab.nodes, "need {need}");
+        }
+    }
 
     /// Past 2 MiB of nodes, chunks are 2 MiB-aligned and 2 MiB long (what a
     /// huge page needs), and every node handed out is distinct and usable.

@@ -252,11 +252,20 @@ impl<T> Table<T> {
         dirty.add(i, i + 1);
     }
 
-    /// Tombstones the live slot of `id`, compacting if tombstones dominate
-    /// (into a smaller array if the live slots fill less than a quarter).
-    pub(crate) fn remove(&self, id: u64, dirty: &mut Dirty) {
+    /// The slot and record of live module `id`, if any (writer-only: for
+    /// [`remove_at`](Table::remove_at) without a second search).
+    pub(crate) fn locate(&self, id: u64) -> Option<(usize, NonNull<Record<T>>)> {
         let slots = self.slots();
-        let i = self.position(slots, id).expect("remove of a registered id");
+        let i = self.position(slots, id).ok()?;
+        NonNull::new(load(&slots[i]).1).map(|r| (i, r))
+    }
+
+    /// Tombstones live slot `i` (from [`locate`](Table::locate), nothing
+    /// changed since), compacting if tombstones dominate (into a smaller
+    /// array if the live slots fill less than a quarter).
+    pub(crate) fn remove_at(&self, i: usize, dirty: &mut Dirty) {
+        let slots = self.slots();
+        let (id, _) = load(&slots[i]);
         self.set_slot(i, id, ptr::null_mut());
         let live = self.live() - 1;
         self.live.store(live, Ordering::Relaxed);
@@ -336,6 +345,20 @@ impl<T> Table<T> {
     /// The array's capacity, for the invariant checker.
     pub(crate) fn capacity(&self) -> usize {
         self.slots().len()
+    }
+
+    /// Drops the tombstones and moves the live slots into an array of the
+    /// capacity a table of them needs (none if empty), freeing the old
+    /// arrays (not the records) at once: `&mut self`, no reader is left.
+    pub(crate) fn shrink_to_fit(&mut self) {
+        let live: Vec<_> = self.dump().into_iter().filter(|s| !s.1.is_null()).collect();
+        self.free();
+        let n = live.len();
+        if n > 0 {
+            self.replace_array(capacity(n), live);
+        }
+        self.len.store(n, Ordering::Relaxed);
+        self.live.store(n, Ordering::Relaxed);
     }
 
     /// Frees the arrays (not the records).

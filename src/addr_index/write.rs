@@ -23,16 +23,21 @@
 
 use super::batch::{IndexBatch, prepare};
 use super::error::InsertError;
-use super::garbage::Garbage;
+use super::garbage::{Garbage, Pool};
 use super::index::{AddrIndex, Ending, Node, Writer};
 use super::module::Removed;
 use super::table::Dirty;
 use super::types::{ModuleId, ModuleMeta, Segment};
 use crate::raw::Txn;
 use crate::reclaim::{DropTicket, JobSlot, WriterScope};
+use alloc::sync::Arc;
 use alloc::vec::Vec;
 use core::cell::Cell;
 use core::ops::Range;
+
+/// The capacity the writer's lists of created and retired records keep
+/// between writes.
+const RECORDS_KEPT: usize = 16;
 
 /// After a write's lock: what the limbo handed out as due, and its job
 /// (dropped after the writer lock is released, also while unwinding).
@@ -42,6 +47,8 @@ struct Reclaiming<'a, T: 'static> {
     /// Taken under the lock with the due items, dropped after them: what a
     /// `synchronize` on another thread waits for (`reclaim::Drops`).
     ticket: Option<DropTicket>,
+    /// Where the due records' memory goes (with them).
+    pool: Option<Arc<Pool<T>>>,
     job: JobSlot,
 }
 
@@ -51,11 +58,14 @@ impl<T: 'static> Drop for Reclaiming<'_, T> {
         // Due items always come with their ticket (`transact`).
         debug_assert!(self.ticket.is_some() || due.is_empty());
         if let Some(ticket) = self.ticket.take() {
+            let pool = self.pool.take().expect("due items come with their pool");
             ticket.run_after(move || {
-                for g in due {
+                let mut due = due;
+                for g in due.drain(..) {
                     // SAFETY: handed out by the limbo once, its grace period passed.
-                    unsafe { g.free() };
+                    unsafe { g.free(&pool) };
                 }
+                pool.return_due_buffer(due);
             });
         }
         if let Some(job) = self.job.take() {
@@ -81,6 +91,7 @@ impl<T: 'static> AddrIndex<T> {
             index: self,
             due: Vec::new(),
             ticket: None,
+            pool: None,
             job: JobSlot::default(),
         };
         let r = {
@@ -91,7 +102,11 @@ impl<T: 'static> AddrIndex<T> {
             let _scope = WriterScope::enter();
             let end = Cell::new(Ending::Rollback);
             let Reclaiming {
-                due, ticket, job, ..
+                due,
+                ticket,
+                pool,
+                job,
+                ..
             } = &mut reclaiming;
             // The body and the release hook share the job through the cell.
             let job = &*job;
@@ -104,9 +119,19 @@ impl<T: 'static> AddrIndex<T> {
                         let waiting = w.limbo.epoch_due();
                         let period = w.limbo.next_period();
                         let sections = w.clock.poll(&self.sections, period, waiting);
-                        w.limbo.begin(sections, |g| due.push(g), j);
-                        if !due.is_empty() {
+                        // In the writer's buffer, handed on with the items if
+                        // any are due (and back by the drops): no allocation
+                        // once warm.
+                        let mut buffer = core::mem::take(&mut w.due);
+                        w.limbo.begin(sections, |g| buffer.push(g), j);
+                        if buffer.is_empty() {
+                            w.due = buffer;
+                        } else {
                             *ticket = Some(w.drops.ticket());
+                            let p = w.spare.pool();
+                            w.due = p.due_buffer();
+                            *pool = Some(p);
+                            *due = buffer;
                         }
                         for t in &self.tables {
                             t.take_replaced(|a| w.limbo.retire(Garbage::Array(a), j));
@@ -175,8 +200,12 @@ impl<T: Send + Sync + 'static> AddrIndex<T> {
     pub fn write<R>(&self, f: impl FnOnce(&mut IndexBatch<'_, T>) -> R) -> R {
         self.transact(|txn, w, end| {
             w.dirty = Dirty::new();
-            w.created.clear();
-            w.retired.clear();
+            // Cleared, and past a large batch given back down to a small
+            // capacity (writes of one module never grow them past it).
+            for records in [&mut w.created, &mut w.retired] {
+                records.clear();
+                records.shrink_to(RECORDS_KEPT);
+            }
             let mut batch = IndexBatch {
                 index: self,
                 txn: txn.reborrow(),

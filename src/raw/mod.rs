@@ -64,7 +64,6 @@ pub(crate) use shared::View;
 pub(crate) use tree::RawTree;
 pub(crate) use txn::{Slot, Txn};
 
-#[cfg(test)]
 pub(crate) use build::van_emde_boas;
 
 #[cfg(all(test, not(latchtree_loom)))]

@@ -26,7 +26,7 @@ use super::rbtree::Side;
 use super::shared::{Shared, View};
 use super::txn::{Op, Shape, Txn, rebuild_due};
 use super::walk::nodes_in_order;
-use crate::sync::{AtomicUsize, Mutex, Ordering, lock};
+use crate::sync::{AtomicUsize, Mutex, Ordering, lock, lock_mut};
 use crate::unwind::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use alloc::string::String;
 use alloc::vec::Vec;
@@ -365,7 +365,24 @@ impl<N: Linked, W> RawTree<N, W> {
         s.latch.count_write();
     }
 
-    /// Every node, in key order; for the front-end's `Drop`.
+    /// The front-end's writer state, for a caller holding `&mut self` (no
+    /// reader or writer runs).
+    pub(crate) fn state_mut(&mut self) -> &mut W {
+        &mut lock_mut(&mut self.writer).state
+    }
+
+    /// After [`build`](RawTree::build) on a tree emptied by
+    /// [`drain_nodes`](RawTree::drain_nodes): marks the shape balanced (as
+    /// `build` left it) and gives back the transaction log's buffer (up to
+    /// 1024 entries are kept between writes). `&mut self`: no transaction runs.
+    pub(crate) fn reset_after_build(&mut self) {
+        let locked = lock_mut(&mut self.writer);
+        locked.log = Vec::new();
+        locked.shape = Shape::REBUILT;
+    }
+
+    /// Every node, in key order, with both copies emptied; for the
+    /// front-end's `Drop` and compaction (`&mut self`).
     pub(crate) fn drain_nodes(&mut self) -> Vec<NonNull<N>> {
         let s = &self.shared;
         // SAFETY: `&mut self`: no transaction runs, copy 0 holds only live

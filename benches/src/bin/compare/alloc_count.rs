@@ -10,11 +10,16 @@ pub(crate) struct Counting;
 static ENABLED: AtomicBool = AtomicBool::new(false);
 static LIVE_BYTES: AtomicIsize = AtomicIsize::new(0);
 static LIVE_BLOCKS: AtomicIsize = AtomicIsize::new(0);
+/// Allocation calls (`alloc`, `alloc_zeroed`, `realloc`) while counting.
+static CALLS: AtomicIsize = AtomicIsize::new(0);
 
 fn count(bytes: isize, blocks: isize) {
     if ENABLED.load(Ordering::Relaxed) {
         LIVE_BYTES.fetch_add(bytes, Ordering::Relaxed);
         LIVE_BLOCKS.fetch_add(blocks, Ordering::Relaxed);
+        if bytes > 0 || blocks > 0 {
+            CALLS.fetch_add(1, Ordering::Relaxed);
+        }
     }
 }
 
@@ -41,6 +46,10 @@ unsafe impl GlobalAlloc for Counting {
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         count(new_size as isize - layout.size() as isize, 0);
+        if new_size <= layout.size() && ENABLED.load(Ordering::Relaxed) {
+            // A shrinking realloc is an allocator call too.
+            CALLS.fetch_add(1, Ordering::Relaxed);
+        }
         // SAFETY: the caller upholds `GlobalAlloc::realloc`'s contract.
         unsafe { System.realloc(ptr, layout, new_size) }
     }
@@ -50,6 +59,7 @@ unsafe impl GlobalAlloc for Counting {
 /// still holds (allocated during `build` and not freed by its end). Single
 /// threaded use only: other threads' allocations would be counted too.
 pub(crate) fn measure<T>(build: impl FnOnce() -> T) -> (T, isize, isize) {
+    CALLS.store(0, Ordering::Relaxed);
     LIVE_BYTES.store(0, Ordering::Relaxed);
     LIVE_BLOCKS.store(0, Ordering::Relaxed);
     ENABLED.store(true, Ordering::SeqCst);
@@ -60,4 +70,11 @@ pub(crate) fn measure<T>(build: impl FnOnce() -> T) -> (T, isize, isize) {
         LIVE_BYTES.load(Ordering::Relaxed),
         LIVE_BLOCKS.load(Ordering::Relaxed),
     )
+}
+
+/// The allocator calls (`alloc`, `alloc_zeroed`, `realloc`) `run` makes.
+/// Single threaded use only, as [`measure`].
+pub(crate) fn allocations(run: impl FnOnce()) -> isize {
+    let ((), _, _) = measure(run);
+    CALLS.load(Ordering::Relaxed)
 }

@@ -1,0 +1,69 @@
+//! Instructions per write pair, for callgrind: `insert` of a one-range
+//! module plus its `remove` at 84 modules (the kernel's module count), after
+//! a warm-up, against `BTreeMap::insert` + `remove`. Uses only API that
+//! earlier releases have too, so the same file measures the previous `main`.
+//!
+//! ```text
+//! cargo build --release -p latchtree-benches --bin pair
+//! valgrind --tool=callgrind --toggle-collect='*index_pairs*' target/release/pair
+//! valgrind --tool=callgrind --toggle-collect='*btree_pairs*' target/release/pair
+//! ```
+//!
+//! Divide the collected instructions (`Collected` in callgrind's summary) by
+//! [`PAIRS`], which the binary prints.
+
+use latchtree::AddrIndex;
+use std::collections::BTreeMap;
+use std::hint::black_box;
+
+/// Modules registered besides the churned one.
+const N: u64 = 84;
+/// Measured pairs.
+const PAIRS: u64 = 10_000;
+/// Pairs before measuring.
+const WARM_UP: u64 = 1_000;
+
+#[inline(never)]
+fn index_pair(ix: &AddrIndex<u64>, i: u64) {
+    let id = ix
+        .insert(N * 0x1000 + 0x100..N * 0x1000 + 0x200, i)
+        .expect("disjoint");
+    drop(black_box(ix.remove(id)));
+}
+
+#[inline(never)]
+fn index_pairs(ix: &AddrIndex<u64>) {
+    for i in 0..PAIRS {
+        index_pair(ix, i);
+    }
+}
+
+#[inline(never)]
+fn btree_pair(m: &mut BTreeMap<u64, u64>, i: u64) {
+    m.insert(N * 0x1000 + 0x100, i);
+    black_box(m.remove(&(N * 0x1000 + 0x100)));
+}
+
+#[inline(never)]
+fn btree_pairs(m: &mut BTreeMap<u64, u64>) {
+    for i in 0..PAIRS {
+        btree_pair(m, i);
+    }
+}
+
+fn main() {
+    let ix = AddrIndex::new();
+    let mut m = BTreeMap::new();
+    for i in 0..N {
+        ix.insert(i * 0x1000..i * 0x1000 + 0x800, i)
+            .expect("disjoint");
+        m.insert(i * 0x1000, i);
+    }
+    for i in 0..WARM_UP {
+        index_pair(&ix, i);
+        btree_pair(&mut m, i);
+    }
+    index_pairs(&ix);
+    btree_pairs(&mut m);
+    println!("{PAIRS} pairs each");
+}
