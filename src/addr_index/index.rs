@@ -5,6 +5,7 @@
 //! `batch.rs`'s.
 
 use super::garbage::Garbage;
+use super::layout::Layout;
 use super::record::Record;
 use super::slab::{RangeNode, Slab};
 use super::table::{Dirty, Table};
@@ -35,6 +36,8 @@ pub(super) struct Writer<T> {
     pub(super) clock: SectionClock,
     /// Due drops in flight after a write's lock (`synchronize` waits).
     pub(super) drops: Drops,
+    /// The rebuild into fresh memory running, if any (`layout.rs`).
+    pub(super) layout: Layout<T>,
 }
 
 /// An address-range index: non-overlapping `[start, end)` ranges of `u64`
@@ -263,6 +266,7 @@ impl<T> AddrIndex<T> {
                     limbo: Limbo::new(),
                     clock: SectionClock::new(),
                     drops: Drops::new(),
+                    layout: Layout::new(),
                 }),
                 bounds: [
                     CopyBounds([AtomicU64::new(u64::MAX), AtomicU64::new(0)]),

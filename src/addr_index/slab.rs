@@ -82,6 +82,7 @@ pub(crate) struct RangeNode<M> {
 const _: () = assert!(core::mem::offset_of!(RangeNode<()>, hot_parent) == 64);
 
 /// What [`Slab::alloc`] writes into a node.
+#[derive(Debug)]
 pub(crate) struct Fields<M> {
     pub(crate) start: u64,
     pub(crate) end: u64,
@@ -121,6 +122,14 @@ impl<M> RangeNode<M> {
         }
     }
 }
+
+// Manual impls: a derive would require `M: Copy`.
+impl<M> Clone for Fields<M> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<M> Copy for Fields<M> {}
 
 impl<M> Fields<M> {
     /// What `node` holds, read by the writer (its only writer).
@@ -196,7 +205,20 @@ impl<M> Slab<M> {
             self.grow();
         }
         let n = self.free.pop().expect("grow added nodes");
-        // SAFETY: free-list nodes point into live chunks.
+        // SAFETY: a free node of this slab.
+        unsafe { self.fill(n, f) };
+        n
+    }
+
+    /// Writes `f` into `n`, a node in no copy (a free one the caller took,
+    /// or one of a tree no reader can reach yet).
+    ///
+    /// Call only where [`alloc`](Slab::alloc) may be called.
+    ///
+    /// # Safety
+    /// `n` is a node of this slab.
+    pub(crate) unsafe fn fill(&mut self, n: NonNull<RangeNode<M>>, f: Fields<M>) {
+        // SAFETY: a node of this slab (caller): it points into a live chunk.
         let node = unsafe { n.as_ref() };
         // Relaxed: sequenced after this transaction's first flip (its
         // Release fence, see the module docs), and published to readers by
@@ -208,28 +230,27 @@ impl<M> Slab<M> {
         node.tag.store(f.tag, Ordering::Relaxed);
         node.flags.store(u64::from(f.flags), Ordering::Relaxed);
         node.module.store(f.module, Ordering::Relaxed);
-        n
     }
 
-    /// Nodes holding `fields`, one each, at ascending addresses: the lowest
-    /// free ones (grown first if too few are free), so that nodes written in
-    /// a traversal order lie in memory in that order (`layout.rs`). Sorts
-    /// the free list, so later allocations reuse low addresses first too.
-    ///
-    /// Call only where [`alloc`](Slab::alloc) may be called.
-    pub(crate) fn alloc_run(
-        &mut self,
-        fields: impl ExactSizeIterator<Item = Fields<M>>,
-    ) -> Vec<NonNull<RangeNode<M>>> {
-        while self.free.len() < fields.len() {
-            self.grow();
-        }
-        // Popped from the end: highest address first in the vector (as
-        // `grow` leaves a fresh chunk's nodes).
-        if !self.free.is_sorted_by(|a, b| a > b) {
-            self.free.sort_unstable_by(|a, b| b.cmp(a));
-        }
-        fields.map(|f| self.alloc(f)).collect()
+    /// Takes the whole free list (later allocations grow the slab or use
+    /// what is recycled after this): for a caller that hands the nodes out
+    /// in its own order (`layout.rs`) and gives back what it does not use
+    /// ([`give_back`](Slab::give_back)).
+    pub(crate) fn take_free(&mut self) -> Vec<NonNull<RangeNode<M>>> {
+        core::mem::take(&mut self.free)
+    }
+
+    /// A fresh chunk's nodes, all free, for the caller alone (as
+    /// [`take_free`](Slab::take_free)'s).
+    pub(crate) fn fresh_chunk(&mut self) -> Vec<NonNull<RangeNode<M>>> {
+        let free = core::mem::take(&mut self.free);
+        self.grow();
+        core::mem::replace(&mut self.free, free)
+    }
+
+    /// Puts free nodes taken out ([`take_free`](Slab::take_free)) back.
+    pub(crate) fn give_back(&mut self, nodes: impl IntoIterator<Item = NonNull<RangeNode<M>>>) {
+        self.free.extend(nodes);
     }
 
     /// The nodes in all chunks, free or not.

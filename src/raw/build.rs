@@ -66,6 +66,13 @@ pub(super) unsafe fn link_balanced<N: Linked>(
 }
 
 /// The key-order ranks of the balanced shape's nodes over `len` nodes, in
+/// van Emde Boas order ([`VebOrder`], collected).
+#[cfg(test)]
+pub(crate) fn van_emde_boas(len: usize) -> Vec<usize> {
+    VebOrder::new(len).collect()
+}
+
+/// The key-order ranks of the balanced shape's nodes over `len` nodes, in
 /// van Emde Boas order: the top half of its levels first (recursively in
 /// this order), then each subtree hanging below them, left to right
 /// (recursively too). Every subtree of `2^k - 1` nodes then lies in one run
@@ -73,25 +80,87 @@ pub(super) unsafe fn link_balanced<N: Linked>(
 /// levels crosses about `h / k` such runs, whatever the line or page size:
 /// at 128 bytes a node, a 4 KiB page holds a subtree of 4 or 5 levels, and
 /// a path of 18 levels touches 4 to 6 pages instead of one a level.
-pub(crate) fn van_emde_boas(len: usize) -> Vec<usize> {
-    let mut out = Vec::with_capacity(len);
-    veb_into(0..len, balanced_height(len), &mut out);
-    out
+///
+/// Every node comes after its parent (a subtree's top levels come before
+/// the subtrees below them), so a tree can be linked in this order, each
+/// node under its parent. An iterator over an explicit stack of a few
+/// dozen frames, so that a caller can take the order a slice at a time
+/// (`addr_index/layout.rs` builds a tree over many writes).
+#[derive(Clone, Debug)]
+pub(crate) struct VebOrder {
+    stack: Vec<Frame>,
 }
 
-/// Appends to `out` the ranks of the subtree over `keys` (as `link` splits
-/// it) at depths below `levels`, in van Emde Boas order.
-fn veb_into(keys: Range<usize>, levels: usize, out: &mut Vec<usize>) {
-    if keys.is_empty() || levels == 0 {
-        return;
+/// One pending step of [`VebOrder`].
+#[derive(Clone, Debug)]
+enum Frame {
+    /// The ranks of the subtree over `keys`, its first `levels` levels.
+    Top { keys: Range<usize>, levels: usize },
+    /// The subtrees `depth` levels below the one over `keys`, from the
+    /// `next`-th (in key order), each to `levels` levels.
+    Below {
+        keys: Range<usize>,
+        depth: usize,
+        levels: usize,
+        next: usize,
+    },
+}
+
+impl VebOrder {
+    pub(crate) fn new(len: usize) -> Self {
+        VebOrder {
+            stack: vec![Frame::Top {
+                keys: 0..len,
+                levels: balanced_height(len),
+            }],
+        }
     }
-    if levels == 1 {
-        out.push(middle(&keys));
-        return;
+}
+
+impl Iterator for VebOrder {
+    type Item = usize;
+
+    fn next(&mut self) -> Option<usize> {
+        while let Some(frame) = self.stack.pop() {
+            match frame {
+                Frame::Top { keys, levels } => {
+                    if keys.is_empty() || levels == 0 {
+                        continue;
+                    }
+                    if levels == 1 {
+                        return Some(middle(&keys));
+                    }
+                    let top = levels / 2;
+                    self.stack.push(Frame::Below {
+                        keys: keys.clone(),
+                        depth: top,
+                        levels: levels - top,
+                        next: 0,
+                    });
+                    self.stack.push(Frame::Top { keys, levels: top });
+                }
+                Frame::Below {
+                    keys,
+                    depth,
+                    levels,
+                    next,
+                } => {
+                    if next == 1 << depth {
+                        continue;
+                    }
+                    let sub = nth_below(&keys, depth, next);
+                    self.stack.push(Frame::Below {
+                        keys,
+                        depth,
+                        levels,
+                        next: next + 1,
+                    });
+                    self.stack.push(Frame::Top { keys: sub, levels });
+                }
+            }
+        }
+        None
     }
-    let top = levels / 2;
-    veb_into(keys.clone(), top, out);
-    below(keys, top, &mut |sub| veb_into(sub, levels - top, out));
 }
 
 /// The root's rank in the subtree over `keys`, as `link` splits it.
@@ -99,18 +168,44 @@ fn middle(keys: &Range<usize>) -> usize {
     keys.start + keys.len() / 2
 }
 
-/// Calls `f` with each non-empty subtree `depth` levels below the one over
-/// `keys`, in key order.
-fn below(keys: Range<usize>, depth: usize, f: &mut impl FnMut(Range<usize>)) {
-    if keys.is_empty() {
-        return;
+/// The keys of the `i`-th (in key order) subtree `depth` levels below the
+/// one over `keys` (empty where the shape has none).
+fn nth_below(keys: &Range<usize>, depth: usize, i: usize) -> Range<usize> {
+    let mut keys = keys.clone();
+    for bit in (0..depth).rev() {
+        if keys.is_empty() {
+            break;
+        }
+        let m = middle(&keys);
+        keys = if i >> bit & 1 == 1 {
+            m + 1..keys.end
+        } else {
+            keys.start..m
+        };
     }
-    if depth == 0 {
-        return f(keys);
+    keys
+}
+
+/// Where rank `rank` hangs in the balanced shape over `len` nodes
+/// (`rank < len`): calls `turn` with the direction taken at each proper
+/// ancestor, root first, and returns the node's depth (the root's is 0).
+pub(super) fn path_to(len: usize, rank: usize, mut turn: impl FnMut(Dir)) -> usize {
+    debug_assert!(rank < len);
+    let mut keys = 0..len;
+    let mut depth = 0;
+    loop {
+        let m = middle(&keys);
+        if m == rank {
+            return depth;
+        }
+        turn(Dir::toward(rank > m));
+        keys = if rank > m {
+            m + 1..keys.end
+        } else {
+            keys.start..m
+        };
+        depth += 1;
     }
-    let m = middle(&keys);
-    below(keys.start..m, depth - 1, f);
-    below(m + 1..keys.end, depth - 1, f);
 }
 
 /// Links `nodes` as a subtree under `parent` at `depth` in the copies

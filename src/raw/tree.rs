@@ -24,7 +24,7 @@ use super::descent::Descent;
 use super::links::{Dir, Linked, link_store_order};
 use super::rbtree::Side;
 use super::shared::{Shared, View};
-use super::txn::{Op, Shape, Txn, rebuild_due};
+use super::txn::{Op, Shape, Txn};
 use super::walk::nodes_in_order;
 use crate::sync::{AtomicUsize, Mutex, Ordering, lock};
 use core::ptr::{self, NonNull};
@@ -48,7 +48,19 @@ struct Locked<N, W> {
     state: W,
     log: Vec<Op<N>>,
     shape: Shape,
+    /// Roots of whole trees that left both copies ([`Txn::adopt`]), not yet
+    /// released: each commit releases a slice of them ([`DISMANTLE`]).
+    /// Their nodes keep the copy-1 links of the moment they left, as the
+    /// cleared nodes of `Op::Clear` do (nothing links a node outside the
+    /// tree), until released.
+    retiring: Vec<NonNull<N>>,
 }
+
+/// The most nodes of retiring trees one commit releases: a whole tree of
+/// 262 144 nodes at once took milliseconds (its nodes are cold); this many
+/// take well under one. Small in debug builds, so that the tests spread a
+/// release over many writes.
+const DISMANTLE: usize = if cfg!(debug_assertions) { 3 } else { 2048 };
 
 impl<N, W> core::fmt::Debug for RawTree<N, W> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
@@ -68,6 +80,7 @@ impl<N: Linked, W> RawTree<N, W> {
                     state: writer,
                     log: Vec::new(),
                     shape: Shape::REBUILT,
+                    retiring: Vec::new(),
                 }),
                 owner: AtomicUsize::new(0),
             }
@@ -114,8 +127,10 @@ impl<N: Linked, W> RawTree<N, W> {
     /// * `publish(copy, first, last)` runs for each copy once it holds its
     ///   final state and before readers are steered to it.
     /// * `release(writer, node)` receives each node that left the tree for
-    ///   good: the erased, replaced and relocated ones after a commit, or
-    ///   the added ones (relocation copies included) after a rollback. A
+    ///   good: the erased and replaced ones after a commit, or the added
+    ///   ones after a rollback, and a slice of the trees that left whole
+    ///   ([`Txn::adopt`]: the old one after a commit, the adopted one after
+    ///   a rollback) after each commit. A
     ///   node's memory must stay valid for readers that may still stand on
     ///   it (retire it through the epoch, or recycle it in type-stable
     ///   storage).
@@ -143,6 +158,7 @@ impl<N: Linked, W> RawTree<N, W> {
             state: w,
             log,
             shape,
+            retiring,
         } = &mut *locked;
         let shape_before = *shape;
         log.clear();
@@ -172,7 +188,7 @@ impl<N: Linked, W> RawTree<N, W> {
         match outcome {
             Ok(r) => {
                 let len = s.heads[0].len.load(Ordering::Relaxed);
-                if rebuild_due(shape.updates, shape.deepest, len) {
+                if shape.rebuild_due(len) {
                     // SAFETY: writer lock held, seq odd (the log holds a
                     // change): readers are on copy 1; copy 0 holds only live
                     // nodes.
@@ -199,9 +215,8 @@ impl<N: Linked, W> RawTree<N, W> {
                                 s.heads[1].root.store(ptr::null_mut(), link_store_order())
                             }
                             Op::Rebuild => super::build::rebuild(&s.heads[1].root, 1),
-                            Op::Relocate { ref new, .. } => {
-                                super::build::relink(new, &s.heads[1].root, 1)
-                            }
+                            // Release: as every root store.
+                            Op::Adopt { new, .. } => s.heads[1].root.store(new, link_store_order()),
                             Op::Discard(_) => {}
                         }
                     }
@@ -218,11 +233,7 @@ impl<N: Linked, W> RawTree<N, W> {
                             // SAFETY: log pointers come from `NonNull`s.
                             release(w, unsafe { NonNull::new_unchecked(node) });
                         }
-                        Op::Relocate { old, .. } => {
-                            for node in old {
-                                release(w, node);
-                            }
-                        }
+                        Op::Adopt { old, .. } => retiring.extend(NonNull::new(old)),
                         Op::Clear(root) => {
                             // The cleared nodes still hold their copy-1
                             // links of the moment they were cleared (the
@@ -237,6 +248,10 @@ impl<N: Linked, W> RawTree<N, W> {
                         Op::Insert { .. } | Op::Rebuild => {}
                     }
                 }
+                // SAFETY: the retiring trees left both copies in this or an
+                // earlier commit (after its last flip), and hold their copy-1
+                // links of that moment (see `Locked::retiring`).
+                unsafe { dismantle(retiring, DISMANTLE, |n| release(w, n)) };
                 r
             }
             Err(panic) => {
@@ -256,11 +271,9 @@ impl<N: Linked, W> RawTree<N, W> {
                             // SAFETY: log pointers come from `NonNull`s.
                             release(w, unsafe { NonNull::new_unchecked(node) });
                         }
-                        Op::Relocate { new, .. } => {
-                            for node in new {
-                                release(w, node);
-                            }
-                        }
+                        // The adopted tree never reached a reader; it goes
+                        // like an old one (`dismantle`, after a commit).
+                        Op::Adopt { new, .. } => retiring.extend(NonNull::new(new)),
                         Op::Erase(_) | Op::Clear(_) | Op::Rebuild => {}
                     }
                 }
@@ -363,12 +376,17 @@ impl<N: Linked, W> RawTree<N, W> {
         s.latch.count_write();
     }
 
-    /// Every node, in key order; for the front-end's `Drop`.
+    /// Every node, in key order, then those of trees that left it and are
+    /// not released yet; for the front-end's `Drop`.
     pub(crate) fn drain_nodes(&mut self) -> Vec<NonNull<N>> {
         let s = &self.shared;
         // SAFETY: `&mut self`: no transaction runs, copy 0 holds only live
         // nodes.
-        let nodes = unsafe { nodes_in_order(s.heads[0].root.load(Ordering::Relaxed), 0) };
+        let mut nodes = unsafe { nodes_in_order(s.heads[0].root.load(Ordering::Relaxed), 0) };
+        let retiring = &mut lock(&self.writer).retiring;
+        // SAFETY: as in `write`: whole trees out of both copies, each with
+        // its copy-1 links intact.
+        unsafe { dismantle(retiring, usize::MAX, |n| nodes.push(n)) };
         for copy in 0..2 {
             s.heads[copy].root.store(ptr::null_mut(), Ordering::Relaxed);
             s.heads[copy].len.store(0, Ordering::Relaxed);
@@ -405,6 +423,29 @@ impl<N: Linked, W> RawTree<N, W> {
             less,
         )?;
         then()
+    }
+}
+
+/// Hands up to `max` nodes of the trees rooted in `stack` to `release`,
+/// each after its children went on the stack: the stack then holds the
+/// roots of what is left.
+///
+/// # Safety
+/// Every node reachable from `stack` through copy-1 links is live, in no
+/// copy, and reachable once; none is released elsewhere.
+unsafe fn dismantle<N: Linked>(
+    stack: &mut Vec<NonNull<N>>,
+    max: usize,
+    mut release: impl FnMut(NonNull<N>),
+) {
+    for _ in 0..max {
+        let Some(n) = stack.pop() else { return };
+        // SAFETY: `n` is live (caller), not released yet.
+        let links = unsafe { n.as_ref() }.links(1);
+        for dir in [Dir::Left, Dir::Right] {
+            stack.extend(NonNull::new(links.load_child(dir)));
+        }
+        release(n);
     }
 }
 
