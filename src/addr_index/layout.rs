@@ -27,11 +27,13 @@
 //! 3. *Build*: link one node per collected range, with its fields, into a
 //!    [`Shadow`] tree in the balanced shape, in van Emde Boas order, each
 //!    at the next rising address (`Shadow::place`).
-//! 4. *Catch up*: apply to the shadow every change the writes made
+//! 4. *Return*: free the snapshot (a block at a time) and put the unused
+//!    reserve back on the free list, a slice at a time.
+//! 5. *Catch up*: apply to the shadow every change the writes made
 //!    meanwhile to what was collected (each write's own changes are
 //!    recorded at its end from its log, `Txn::changes`: during collection
 //!    only those at or below the frontier, since the walk sees the others).
-//! 5. *Adopt*: once nothing is left to catch up, `Txn::adopt` swaps the
+//! 6. *Adopt*: once nothing is left to catch up, `Txn::adopt` swaps the
 //!    shadow in for both copies (one root store each) in that write; the
 //!    old nodes go back to the free list a slice per later write
 //!    (`raw/tree.rs`).
@@ -112,7 +114,7 @@ pub(super) struct Layout<T> {
 struct Migration<T> {
     phase: Phase,
     /// Copy 0's fields in key order, as collected.
-    staged: Vec<Fields<Record<T>>>,
+    staged: Staged<T>,
     /// What changed since, oldest first (see `record`).
     pending: VecDeque<Edit<T>>,
     reserve: Reserve<T>,
@@ -140,6 +142,59 @@ enum Edit<T> {
     Put(Fields<Record<T>>),
     /// The range starting here left the index.
     Erase(u64),
+}
+
+/// The collected fields, in blocks of [`BLOCK`]: growing or freeing one
+/// vector of many MiB (14 MiB at n = 262 144) took a millisecond or more
+/// in one write (a copy, an unmap); blocks are allocated and freed one at a
+/// time.
+struct Staged<T> {
+    blocks: Vec<Vec<Fields<Record<T>>>>,
+}
+
+/// Fields a block of [`Staged`] holds (256 KiB).
+const BLOCK: usize = 4096;
+
+impl<T> Default for Staged<T> {
+    fn default() -> Self {
+        Staged { blocks: Vec::new() }
+    }
+}
+
+impl<T> Staged<T> {
+    fn len(&self) -> usize {
+        self.blocks
+            .last()
+            .map_or(0, |b| (self.blocks.len() - 1) * BLOCK + b.len())
+    }
+
+    fn is_empty(&self) -> bool {
+        self.blocks.is_empty()
+    }
+
+    fn last(&self) -> Option<&Fields<Record<T>>> {
+        self.blocks.last()?.last()
+    }
+
+    fn push(&mut self, f: Fields<Record<T>>) {
+        match self.blocks.last_mut() {
+            Some(b) if b.len() < BLOCK => b.push(f),
+            _ => {
+                let mut b = Vec::with_capacity(BLOCK);
+                b.push(f);
+                self.blocks.push(b);
+            }
+        }
+    }
+
+    fn get(&self, i: usize) -> Fields<Record<T>> {
+        self.blocks[i / BLOCK][i % BLOCK]
+    }
+
+    /// Frees the last block.
+    fn pop_block(&mut self) {
+        self.blocks.pop();
+    }
 }
 
 /// Free nodes for a build, handed out lowest address first: sorted runs
@@ -235,13 +290,10 @@ fn toward<T>(start: u64) -> impl FnMut(&Node<T>) -> Option<Dir> {
 }
 
 impl<T> Migration<T> {
-    /// A migration of a tree of `len` ranges.
-    fn new(len: usize) -> Box<Self> {
+    fn new() -> Box<Self> {
         Box::new(Migration {
             phase: Phase::Collect,
-            // Room for the writes during the collection too: growing a
-            // vector of many MiB can copy it, in one write.
-            staged: Vec::with_capacity(len + len / 8),
+            staged: Staged::default(),
             pending: VecDeque::new(),
             reserve: Reserve::new(Vec::new()),
             order: VebOrder::new(0),
@@ -326,7 +378,6 @@ impl<T> Migration<T> {
                 }
                 Phase::Build => {
                     let Some(rank) = self.order.next() else {
-                        self.staged = Vec::new();
                         self.phase = Phase::Return;
                         continue;
                     };
@@ -337,7 +388,7 @@ impl<T> Migration<T> {
                     // SAFETY: a free node of this slab (from `take_free` or
                     // `fresh_chunk`), in no copy; this transaction flipped
                     // `seq` (caller).
-                    unsafe { slab.fill(node, self.staged[rank]) };
+                    unsafe { slab.fill(node, self.staged.get(rank)) };
                     // SAFETY: the node holds the range of rank `rank` among
                     // those collected (in key order); `VebOrder` gives each
                     // rank once, parents first; no insert or erase yet; slab
@@ -345,12 +396,16 @@ impl<T> Migration<T> {
                     unsafe { self.shadow.place(rank, node) };
                     budget -= 1;
                 }
+                Phase::Return if !self.staged.is_empty() => {
+                    self.staged.pop_block();
+                    budget -= 1.min(budget);
+                }
                 Phase::Return => {
-                    // A unit a run of 16 nodes: a few cache lines of
-                    // pointers.
-                    let max = budget.saturating_mul(16);
+                    // A unit a run of 4 nodes (the free list may grow, a
+                    // copy).
+                    let max = budget.saturating_mul(4);
                     let k = self.reserve.give_back(slab, max);
-                    budget -= k.div_ceil(16).min(budget);
+                    budget -= k.div_ceil(4).min(budget);
                     if k < max {
                         self.phase = Phase::CatchUp;
                     }
@@ -424,7 +479,7 @@ impl<T> Layout<T> {
             }
         } else if txn.rebuild_due() {
             if txn.len() >= LAYOUT_MIN {
-                self.migration = Some(Migration::new(txn.len()));
+                self.migration = Some(Migration::new());
             } else {
                 txn.rebuild();
             }
@@ -441,7 +496,7 @@ impl<T> Layout<T> {
         if txn.balanced() {
         } else if txn.len() >= LAYOUT_MIN {
             txn.begin();
-            self.migration = Some(Migration::new(txn.len()));
+            self.migration = Some(Migration::new());
             self.step(txn, slab, usize::MAX);
             debug_assert!(self.migration.is_none(), "a whole migration in one write");
         } else {
