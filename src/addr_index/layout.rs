@@ -398,7 +398,8 @@ impl<T> Migration<T> {
                 }
                 Phase::Return if !self.staged.is_empty() => {
                     self.staged.pop_block();
-                    budget -= 1.min(budget);
+                    // An unmap of 256 KiB: tens of microseconds.
+                    budget = budget.saturating_sub(SLICE / 8);
                 }
                 Phase::Return => {
                     // A unit a run of 4 nodes (the free list may grow, a
@@ -527,6 +528,12 @@ impl<T> Layout<T> {
                 // (collected, then caught up with every change since).
                 unsafe { txn.adopt(m.shadow) };
                 self.adopted += 1;
+                // Enough writes came meanwhile to make the next rebuild due:
+                // start it now, or the commit would rebuild in place, at
+                // once (`Txn::defer_rebuilds`).
+                if txn.rebuild_due() {
+                    self.migration = Some(Migration::new());
+                }
             } else {
                 self.migration = Some(m);
             }
