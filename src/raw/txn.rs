@@ -320,9 +320,9 @@ impl<'t, N: Linked> Txn<'t, N> {
         let side = self.side();
         let mut first = ptr::null_mut();
         let mut cur = side.root();
-        // SAFETY (every block below): copy 0 holds only live nodes while the
-        // writer lock is held, and this borrow of the transaction changes
-        // nothing.
+        // SAFETY: copy 0 holds only live nodes while the writer lock is
+        // held, and this borrow of the transaction changes nothing (the same
+        // for every block below).
         while let Some(n) = unsafe { cur.as_ref() } {
             let dir = if after(n) {
                 first = cur;
