@@ -377,7 +377,7 @@ impl<T> Migration<T> {
                     }
                 }
                 Phase::Build => {
-                    let Some(rank) = self.order.next() else {
+                    let Some(spot) = self.order.next() else {
                         self.phase = Phase::Return;
                         continue;
                     };
@@ -388,12 +388,13 @@ impl<T> Migration<T> {
                     // SAFETY: a free node of this slab (from `take_free` or
                     // `fresh_chunk`), in no copy; this transaction flipped
                     // `seq` (caller).
-                    unsafe { slab.fill(node, self.staged.get(rank)) };
-                    // SAFETY: the node holds the range of rank `rank` among
-                    // those collected (in key order); `VebOrder` gives each
-                    // rank once, parents first; no insert or erase yet; slab
-                    // nodes live as long as the index.
-                    unsafe { self.shadow.place(rank, node) };
+                    unsafe { slab.fill(node, self.staged.get(spot.rank)) };
+                    // SAFETY: the node holds the range of rank `spot.rank`
+                    // among those collected (in key order); the spots come
+                    // from a `VebOrder` over as many, in its order; no
+                    // insert or erase yet; slab nodes live as long as the
+                    // index.
+                    unsafe { self.shadow.place(spot, node) };
                     budget -= 1;
                 }
                 Phase::Return if !self.staged.is_empty() => {

@@ -69,12 +69,12 @@ pub(super) unsafe fn link_balanced<N: Linked>(
 /// van Emde Boas order ([`VebOrder`], collected).
 #[cfg(test)]
 pub(crate) fn van_emde_boas(len: usize) -> Vec<usize> {
-    VebOrder::new(len).collect()
+    VebOrder::new(len).map(|s| s.rank).collect()
 }
 
-/// The key-order ranks of the balanced shape's nodes over `len` nodes, in
-/// van Emde Boas order: the top half of its levels first (recursively in
-/// this order), then each subtree hanging below them, left to right
+/// The nodes of the balanced shape over `len` nodes, each as a [`Spot`],
+/// in van Emde Boas order: the top half of its levels first (recursively
+/// in this order), then each subtree hanging below them, left to right
 /// (recursively too). Every subtree of `2^k - 1` nodes then lies in one run
 /// of memory when the nodes are allocated in this order, so a path of `h`
 /// levels crosses about `h / k` such runs, whatever the line or page size:
@@ -91,11 +91,27 @@ pub(crate) struct VebOrder {
     stack: Vec<Frame>,
 }
 
-/// One pending step of [`VebOrder`].
+/// Where a node of the balanced shape goes: its key-order rank, its
+/// parent's rank (`None` for the root), which child of it the node is, and
+/// its depth (the root's is 0).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Spot {
+    pub(crate) rank: usize,
+    pub(crate) parent: Option<usize>,
+    pub(crate) dir: Dir,
+    pub(crate) depth: usize,
+}
+
+/// One pending step of [`VebOrder`]; `up` is where the root of the
+/// subtree over `keys` hangs (its `rank` unused).
 #[derive(Clone, Debug)]
 enum Frame {
-    /// The ranks of the subtree over `keys`, its first `levels` levels.
-    Top { keys: Range<usize>, levels: usize },
+    /// The subtree over `keys`, its first `levels` levels.
+    Top {
+        keys: Range<usize>,
+        levels: usize,
+        up: Spot,
+    },
     /// The subtrees `depth` levels below the one over `keys`, from the
     /// `next`-th (in key order), each to `levels` levels.
     Below {
@@ -103,32 +119,43 @@ enum Frame {
         depth: usize,
         levels: usize,
         next: usize,
+        up: Spot,
     },
 }
 
 impl VebOrder {
     pub(crate) fn new(len: usize) -> Self {
+        let up = Spot {
+            rank: 0,
+            parent: None,
+            dir: Dir::Left,
+            depth: 0,
+        };
         VebOrder {
             stack: vec![Frame::Top {
                 keys: 0..len,
                 levels: balanced_height(len),
+                up,
             }],
         }
     }
 }
 
 impl Iterator for VebOrder {
-    type Item = usize;
+    type Item = Spot;
 
-    fn next(&mut self) -> Option<usize> {
+    fn next(&mut self) -> Option<Spot> {
         while let Some(frame) = self.stack.pop() {
             match frame {
-                Frame::Top { keys, levels } => {
+                Frame::Top { keys, levels, up } => {
                     if keys.is_empty() || levels == 0 {
                         continue;
                     }
                     if levels == 1 {
-                        return Some(middle(&keys));
+                        return Some(Spot {
+                            rank: middle(&keys),
+                            ..up
+                        });
                     }
                     let top = levels / 2;
                     self.stack.push(Frame::Below {
@@ -136,26 +163,37 @@ impl Iterator for VebOrder {
                         depth: top,
                         levels: levels - top,
                         next: 0,
+                        up,
                     });
-                    self.stack.push(Frame::Top { keys, levels: top });
+                    self.stack.push(Frame::Top {
+                        keys,
+                        levels: top,
+                        up,
+                    });
                 }
                 Frame::Below {
                     keys,
                     depth,
                     levels,
                     next,
+                    up,
                 } => {
                     if next == 1 << depth {
                         continue;
                     }
-                    let sub = nth_below(&keys, depth, next);
+                    let (sub, sub_up) = nth_below(&keys, depth, next, up);
                     self.stack.push(Frame::Below {
                         keys,
                         depth,
                         levels,
                         next: next + 1,
+                        up,
                     });
-                    self.stack.push(Frame::Top { keys: sub, levels });
+                    self.stack.push(Frame::Top {
+                        keys: sub,
+                        levels,
+                        up: sub_up,
+                    });
                 }
             }
         }
@@ -169,43 +207,30 @@ fn middle(keys: &Range<usize>) -> usize {
 }
 
 /// The keys of the `i`-th (in key order) subtree `depth` levels below the
-/// one over `keys` (empty where the shape has none).
-fn nth_below(keys: &Range<usize>, depth: usize, i: usize) -> Range<usize> {
+/// one over `keys`, whose root hangs at `up` (empty where the shape has
+/// none), and where that subtree's root hangs.
+fn nth_below(keys: &Range<usize>, depth: usize, i: usize, up: Spot) -> (Range<usize>, Spot) {
     let mut keys = keys.clone();
+    let mut up = up;
     for bit in (0..depth).rev() {
         if keys.is_empty() {
             break;
         }
         let m = middle(&keys);
-        keys = if i >> bit & 1 == 1 {
+        let right = i >> bit & 1 == 1;
+        up = Spot {
+            rank: 0,
+            parent: Some(m),
+            dir: Dir::toward(right),
+            depth: up.depth + 1,
+        };
+        keys = if right {
             m + 1..keys.end
         } else {
             keys.start..m
         };
     }
-    keys
-}
-
-/// Where rank `rank` hangs in the balanced shape over `len` nodes
-/// (`rank < len`): calls `turn` with the direction taken at each proper
-/// ancestor, root first, and returns the node's depth (the root's is 0).
-pub(super) fn path_to(len: usize, rank: usize, mut turn: impl FnMut(Dir)) -> usize {
-    debug_assert!(rank < len);
-    let mut keys = 0..len;
-    let mut depth = 0;
-    loop {
-        let m = middle(&keys);
-        if m == rank {
-            return depth;
-        }
-        turn(Dir::toward(rank > m));
-        keys = if rank > m {
-            m + 1..keys.end
-        } else {
-            keys.start..m
-        };
-        depth += 1;
-    }
+    (keys, up)
 }
 
 /// Links `nodes` as a subtree under `parent` at `depth` in the copies

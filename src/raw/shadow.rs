@@ -13,7 +13,7 @@
 //! adoption copy 0 (link set 0) and copy 1 (link set 1) hold the same
 //! shape, as everywhere else (invariant 4 of `raw`).
 
-use super::build::path_to;
+use super::build::Spot;
 use super::links::link_store_order;
 use super::links::{Dir, Linked};
 use super::rbtree::Side;
@@ -34,6 +34,8 @@ pub(crate) struct Shadow<N> {
     len: usize,
     /// The node count of the balanced shape `place` links.
     shape_len: usize,
+    /// The nodes placed so far, by rank (null: not yet), while placing.
+    placed: Vec<*mut N>,
     /// Inserts and erases since the balanced shape (the `Shape` the copies
     /// take on at adoption), and the deepest insert among them.
     pub(super) updates: usize,
@@ -60,6 +62,7 @@ impl<N: Linked> Shadow<N> {
             ],
             len: 0,
             shape_len,
+            placed: Vec::new(),
             updates: 0,
             deepest: 0,
         }
@@ -78,31 +81,26 @@ impl<N: Linked> Shadow<N> {
         Side::new(&self.roots[copy], copy)
     }
 
-    /// Links `node` at key-order rank `rank` of the balanced shape over
-    /// `shape_len` nodes (`build.rs`: the shape `link` makes, with its
-    /// colours), under its parent, in both link sets.
+    /// Links `node` at `spot` of the balanced shape over `shape_len` nodes
+    /// (`build.rs`: the shape `link` makes, with its colours), under its
+    /// parent, in both link sets.
     ///
     /// # Safety
     /// `node` is live, distinct from every node placed, in no copy, stays
-    /// allocated while it is in the shadow, and its key has rank `rank`
-    /// among the nodes placed; `rank < shape_len`, each rank is placed once,
-    /// after its parent's rank (as [`VebOrder`](super::build::VebOrder)
-    /// gives them), and no `insert` or `erase` came before.
-    pub(crate) unsafe fn place(&mut self, rank: usize, node: NonNull<N>) {
+    /// allocated while it is in the shadow, and its key has rank `spot.rank`
+    /// among the nodes placed; `spot` comes from a
+    /// [`VebOrder`](super::build::VebOrder) over `shape_len` nodes, taken in
+    /// its order (parents first), and no `insert` or `erase` came before.
+    pub(crate) unsafe fn place(&mut self, spot: Spot, node: NonNull<N>) {
         debug_assert!(self.updates == 0, "place after insert or erase");
+        if self.placed.is_empty() {
+            // Zeroed memory: the map costs what of it is touched.
+            self.placed = vec![ptr::null_mut(); self.shape_len];
+        }
         let n = node.as_ptr();
-        let mut parent: *mut N = ptr::null_mut();
-        let mut dir = Dir::Left;
-        let depth = path_to(self.shape_len, rank, |turn| {
-            parent = if parent.is_null() {
-                self.root()
-            } else {
-                // SAFETY: every ancestor is placed (caller: parents first),
-                // and a shadow node stays live while in the shadow.
-                unsafe { self.side(0).child(parent, dir) }
-            };
-            dir = turn;
-        });
+        let parent = spot.parent.map_or(ptr::null_mut(), |p| self.placed[p]);
+        debug_assert!(spot.parent.is_none() || !parent.is_null(), "parent first");
+        self.placed[spot.rank] = n;
         let full = (self.shape_len + 1).ilog2() as usize;
         // SAFETY: `node` is live (caller).
         let links = |copy| unsafe { node.as_ref() }.links(copy);
@@ -110,16 +108,20 @@ impl<N: Linked> Shadow<N> {
             let l = links(copy);
             l.set_child(Dir::Left, ptr::null_mut());
             l.set_child(Dir::Right, ptr::null_mut());
-            l.set_parent_color(parent, depth < full);
+            l.set_parent_color(parent, spot.depth < full);
             if parent.is_null() {
                 // Release, the one link-store order (module docs).
                 self.roots[copy].store(n, super::links::link_store_order());
             } else {
-                // SAFETY: `parent` is a placed, live shadow node (above).
-                unsafe { (*parent).links(copy) }.set_child(dir, n);
+                // SAFETY: `parent` is a placed, live shadow node (caller:
+                // parents first).
+                unsafe { (*parent).links(copy) }.set_child(spot.dir, n);
             }
         }
         self.len += 1;
+        if self.len == self.shape_len {
+            self.placed = Vec::new();
+        }
     }
 
     /// Searches the shadow like [`Txn::find`](super::Txn::find) searches

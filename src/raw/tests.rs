@@ -559,11 +559,11 @@ fn adopt(h: &Harness, extra: u64, panic: bool) -> Vec<u64> {
                 }
                 let mut shadow = super::Shadow::new(keys.len());
                 let mut order = Vec::new();
-                for rank in super::VebOrder::new(keys.len()) {
-                    order.push(keys[rank]);
-                    // SAFETY: a fresh node holding the key of rank `rank`; the
-                    // order puts parents first.
-                    unsafe { shadow.place(rank, h.alloc(keys[rank])) };
+                for spot in super::VebOrder::new(keys.len()) {
+                    order.push(keys[spot.rank]);
+                    // SAFETY: a fresh node holding the key of rank
+                    // `spot.rank`, spots in their order.
+                    unsafe { shadow.place(spot, h.alloc(keys[spot.rank])) };
                 }
                 let by = |key: u64| {
                     move |n: &Node| match key.cmp(&n.key) {
@@ -635,9 +635,9 @@ fn adoption_swaps_in_a_tree_built_aside() {
     h.tree.write(
         |txn, _| {
             let mut shadow = super::Shadow::new(keys.len());
-            for rank in super::VebOrder::new(keys.len()) {
+            for spot in super::VebOrder::new(keys.len()) {
                 // SAFETY: as in `adopt`.
-                unsafe { shadow.place(rank, h.alloc(keys[rank])) };
+                unsafe { shadow.place(spot, h.alloc(keys[spot.rank])) };
             }
             // SAFETY: as in `adopt`.
             unsafe { txn.adopt(shadow) };
@@ -652,22 +652,28 @@ fn adoption_swaps_in_a_tree_built_aside() {
 }
 
 /// The van Emde Boas order puts every node after its parent, so a tree can
-/// be linked in it (`Shadow::place`).
+/// be linked in it (`Shadow::place`), and names each node's parent, side
+/// and depth in the balanced shape (as `link` splits it).
 #[test]
 fn van_emde_boas_order_puts_parents_first() {
     for len in 0..if cfg!(miri) { 40 } else { 600 } {
         let mut seen = vec![false; len];
-        for rank in super::VebOrder::new(len) {
+        for spot in super::VebOrder::new(len) {
+            let rank = spot.rank;
             let mut keys = 0..len;
+            let (mut parent, mut dir, mut depth) = (None, Dir::Left, 0);
             while keys.start + keys.len() / 2 != rank {
                 let m = keys.start + keys.len() / 2;
                 assert!(seen[m], "rank {rank} of {len} before its ancestor {m}");
+                (parent, dir, depth) = (Some(m), Dir::toward(rank > m), depth + 1);
                 keys = if rank > m {
                     m + 1..keys.end
                 } else {
                     keys.start..m
                 };
             }
+            let want = (parent, dir, depth);
+            assert_eq!((spot.parent, spot.dir, spot.depth), want, "{len}: {rank}");
             seen[rank] = true;
         }
         assert!(seen.iter().all(|&s| s), "{len}: not every rank");
