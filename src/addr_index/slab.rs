@@ -162,6 +162,9 @@ pub(crate) struct Slab<M> {
 struct Chunk {
     base: NonNull<u8>,
     layout: Layout,
+    /// Where its nodes start (`chunk_colour` bytes in), and how many.
+    first: usize,
+    len: usize,
 }
 
 /// How far into its chunk the `k`-th 2 MiB chunk puts its first node: `k
@@ -248,6 +251,17 @@ impl<M> Slab<M> {
         core::mem::replace(&mut self.free, free)
     }
 
+    /// Each chunk's first node and node count, lowest address first: every
+    /// node of the slab is `first.add(i)` for one chunk and one `i < len`.
+    pub(crate) fn chunk_spans(&self) -> Vec<(NonNull<RangeNode<M>>, usize)> {
+        let mut spans: Vec<_> = (self.chunks.iter())
+            // SAFETY: `first` bytes in, inside the allocation (`grow`).
+            .map(|c| (unsafe { c.base.add(c.first) }.cast(), c.len))
+            .collect();
+        spans.sort_unstable();
+        spans
+    }
+
     /// Puts free nodes taken out ([`take_free`](Slab::take_free)) back.
     pub(crate) fn give_back(&mut self, nodes: impl IntoIterator<Item = NonNull<RangeNode<M>>>) {
         self.free.extend(nodes);
@@ -304,7 +318,12 @@ impl<M> Slab<M> {
             self.free.push(unsafe { first.add(i) });
         }
         self.nodes += len;
-        self.chunks.push(Chunk { base, layout });
+        self.chunks.push(Chunk {
+            base,
+            layout,
+            first: colour,
+            len,
+        });
     }
 }
 
