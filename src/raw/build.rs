@@ -151,11 +151,29 @@ impl Iterator for VebOrder {
                     if keys.is_empty() || levels == 0 {
                         continue;
                     }
-                    if levels == 1 {
-                        return Some(Spot {
-                            rank: middle(&keys),
-                            ..up
-                        });
+                    if levels <= 3 {
+                        // Up to three levels the order is the pre-order (the
+                        // top is the root alone, each half below it at most
+                        // two levels): the root now, then each child's
+                        // subtree. Most nodes lie in these levels, so they
+                        // skip the `Below` frames.
+                        let m = middle(&keys);
+                        let child = |dir| Spot {
+                            rank: 0,
+                            parent: Some(m),
+                            dir,
+                            depth: up.depth + 1,
+                        };
+                        for (keys, dir) in
+                            [(m + 1..keys.end, Dir::Right), (keys.start..m, Dir::Left)]
+                        {
+                            self.stack.push(Frame::Top {
+                                keys,
+                                levels: levels - 1,
+                                up: child(dir),
+                            });
+                        }
+                        return Some(Spot { rank: m, ..up });
                     }
                     let top = levels / 2;
                     self.stack.push(Frame::Below {

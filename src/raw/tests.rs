@@ -651,6 +651,39 @@ fn adoption_swaps_in_a_tree_built_aside() {
     assert_eq!(plan, super::descent::Descent::balanced(keys.len()));
 }
 
+/// The van Emde Boas order, as `VebOrder` takes it a node at a time, is the
+/// recursive definition's: the top half of the levels, then each subtree
+/// below them, left to right, each recursively.
+#[test]
+fn van_emde_boas_order_is_the_recursive_one() {
+    fn veb(keys: core::ops::Range<usize>, levels: usize, out: &mut Vec<usize>) {
+        if keys.is_empty() || levels == 0 {
+            return;
+        }
+        let mid = |k: &core::ops::Range<usize>| k.start + k.len() / 2;
+        if levels == 1 {
+            return out.push(mid(&keys));
+        }
+        let top = levels / 2;
+        veb(keys.clone(), top, out);
+        let mut subs = vec![keys];
+        for _ in 0..top {
+            subs = (subs.into_iter())
+                .filter(|k| !k.is_empty())
+                .flat_map(|k| [k.start..mid(&k), mid(&k) + 1..k.end])
+                .collect();
+        }
+        for sub in subs {
+            veb(sub, levels - top, out);
+        }
+    }
+    for len in 0..if cfg!(miri) { 70 } else { 2100 } {
+        let mut want = Vec::new();
+        veb(0..len, super::descent::balanced_height(len), &mut want);
+        assert_eq!(super::build::van_emde_boas(len), want, "{len}");
+    }
+}
+
 /// The van Emde Boas order puts every node after its parent, so a tree can
 /// be linked in it (`Shadow::place`), and names each node's parent, side
 /// and depth in the balanced shape (as `link` splits it).
