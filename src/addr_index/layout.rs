@@ -405,6 +405,12 @@ impl<T> Migration<T> {
                         self.shadow = Shadow::new(self.staged.len());
                         self.order = VebOrder::new(self.staged.len());
                         self.phase = Phase::Build;
+                        // The build starts with the next slice: its first
+                        // nodes (cold, a rank map to allocate) would not fit
+                        // the rest of this one (unless unbounded: `rebalance`).
+                        if budget != usize::MAX {
+                            budget = 0;
+                        }
                     }
                 }
                 Phase::Build => {
@@ -430,8 +436,8 @@ impl<T> Migration<T> {
                 }
                 Phase::Return if !self.staged.is_empty() => {
                     self.staged.pop_block();
-                    // An unmap of 256 KiB: tens of microseconds.
-                    budget = budget.saturating_sub(SLICE / 8);
+                    // An unmap of 256 KiB: up to a few hundred microseconds.
+                    budget = budget.saturating_sub(SLICE / 2);
                 }
                 Phase::Return => {
                     // A unit a run of 4 nodes (the free list may grow, a
