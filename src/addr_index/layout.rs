@@ -375,6 +375,7 @@ impl<T> Migration<T> {
         slab: &mut Slab<Record<T>>,
         mut budget: usize,
     ) -> bool {
+        let unbounded = budget == usize::MAX;
         while budget > 0 {
             match self.phase {
                 Phase::Collect => {
@@ -408,7 +409,7 @@ impl<T> Migration<T> {
                         // The build starts with the next slice: its first
                         // nodes (cold, a rank map to allocate) would not fit
                         // the rest of this one (unless unbounded: `rebalance`).
-                        if budget != usize::MAX {
+                        if !unbounded {
                             budget = 0;
                         }
                     }
