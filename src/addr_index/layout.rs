@@ -21,14 +21,14 @@
 //! 1. *Collect*: copy 0's node fields, in key order, into a private
 //!    snapshot, from where the last slice stopped (the *frontier*, a range
 //!    start) onwards (`Txn::scan`).
-//! 2. *Reserve*: take the slab's free list, grow it by whole chunks until
-//!    it holds one node per collected range, and mark its nodes in a bitmap
-//!    per chunk, a slice at a time, to hand them out lowest address first.
+//! 2. *Reserve*: grow the slab's free list by whole chunks until it holds
+//!    one node per collected range, then pop that many and mark them in a
+//!    bitmap per chunk, a slice at a time, to hand them out lowest address
+//!    first.
 //! 3. *Build*: link one node per collected range, with its fields, into a
 //!    [`Shadow`] tree in the balanced shape, in van Emde Boas order, each
 //!    at the next rising address (`Shadow::place`).
-//! 4. *Return*: free the snapshot (a block at a time) and put the unused
-//!    reserve back on the free list, a slice at a time.
+//! 4. *Return*: free the snapshot, a block at a time.
 //! 5. *Catch up*: apply to the shadow every change the writes made
 //!    meanwhile to what was collected (each write's own changes are
 //!    recorded at its end from its log, `Txn::changes`: during collection
@@ -99,6 +99,10 @@ pub(super) const LAYOUT_MIN: usize = if cfg!(latchtree_loom) {
 /// migrations span many writes (and so see writes interleaved).
 const SLICE: usize = if cfg!(debug_assertions) { 3 } else { 512 };
 
+/// The units of migration work a write may add to its slice for each
+/// change it made ([`Layout::settle`]).
+const WORK_PER_CHANGE: usize = 8;
+
 /// What growing the slab by a chunk (up to 2 MiB of nodes to initialise)
 /// counts against a slice: all of one.
 const CHUNK_COST: usize = SLICE;
@@ -133,7 +137,7 @@ enum Phase {
     Collect,
     Reserve,
     Build,
-    /// The reserve's unused nodes go back to the free list.
+    /// The snapshot is freed.
     Return,
     CatchUp,
 }
@@ -203,28 +207,24 @@ impl<T> Staged<T> {
 /// Free nodes for a build, handed out lowest address first, without a
 /// sort (sorting the free list was a tenth of a growth's instructions): a
 /// bitmap of the free nodes of each chunk, lowest chunk first, filled a
-/// slice at a time from the last nodes taken (`mark`: the most recently
-/// freed ones, mostly the tree the last migration replaced, or fresh
-/// chunks), then scanned upwards (`lowest`).
+/// slice at a time with nodes popped off the slab's free list (`mark`: the
+/// most recently freed ones, mostly the tree the last migration replaced,
+/// or fresh chunks), then scanned upwards (`lowest`). It takes only the
+/// nodes the build needs: the rest of the free list stays where it is.
 struct Reserve<T> {
-    /// Free nodes taken, not yet marked.
-    unmarked: Vec<NonNull<Node<T>>>,
     /// Each chunk's first node and node count, lowest first (once marking
     /// began), and its bitmap.
     spans: Vec<(NonNull<Node<T>>, usize)>,
     bits: Vec<Vec<u64>>,
     /// Where `lowest` looks next: chunk, word.
     at: (usize, usize),
-    /// Nodes taken, and how many of them were marked.
-    len: usize,
+    /// Nodes marked.
     marked: usize,
 }
 
 impl<T> Reserve<T> {
-    fn new(unmarked: Vec<NonNull<Node<T>>>) -> Self {
+    fn new() -> Self {
         Reserve {
-            len: unmarked.len(),
-            unmarked,
             spans: Vec::new(),
             bits: Vec::new(),
             at: (0, 0),
@@ -232,31 +232,42 @@ impl<T> Reserve<T> {
         }
     }
 
-    fn add(&mut self, nodes: Vec<NonNull<Node<T>>>) {
-        self.len += nodes.len();
-        self.unmarked.extend(nodes);
+    /// Takes `slab`'s chunks again (after it grew), keeping the marks.
+    fn resync(&mut self, slab: &Slab<Record<T>>) {
+        let spans = slab.chunk_spans();
+        let bits = (spans.iter())
+            .map(
+                |&(first, len)| match self.spans.binary_search_by_key(&first, |s| s.0) {
+                    Ok(i) => core::mem::take(&mut self.bits[i]),
+                    Err(_) => vec![0; len.div_ceil(64)],
+                },
+            )
+            .collect();
+        (self.spans, self.bits) = (spans, bits);
     }
 
-    /// Marks up to `max` more of the last `need` nodes taken in the bitmaps
-    /// (the first call takes `slab`'s chunks: no chunk may be added after
-    /// it); returns how many, or `None` once `need` are marked. The others
-    /// stay unmarked (`give_back` returns them): only the nodes a build
-    /// uses are looked at one by one.
-    fn mark(&mut self, slab: &Slab<Record<T>>, need: usize, max: usize) -> Option<usize> {
+    /// Pops up to `max` more free nodes off `slab` (growing it by a chunk
+    /// if none is left) and marks them, until `need` are; returns how many,
+    /// or `None` once `need` are marked.
+    fn mark(&mut self, slab: &mut Slab<Record<T>>, need: usize, max: usize) -> Option<usize> {
         let k = max.min(need - self.marked);
         if k == 0 {
             return None;
         }
         if self.spans.is_empty() {
-            self.spans = slab.chunk_spans();
-            self.bits = (self.spans.iter())
-                .map(|&(_, len)| vec![0; len.div_ceil(64)])
-                .collect();
+            self.resync(slab);
         }
         let size = size_of::<Node<T>>();
-        let end = self.unmarked.len();
         let mut c = 0;
-        for n in self.unmarked.drain(end - k..) {
+        for _ in 0..k {
+            let n = match slab.pop_free() {
+                Some(n) => n,
+                None => {
+                    let n = slab.alloc_chunk();
+                    self.resync(slab);
+                    n
+                }
+            };
             let a = n.as_ptr().addr();
             let within = |c: usize| {
                 let (first, len) = self.spans[c];
@@ -298,18 +309,12 @@ impl<T> Reserve<T> {
         None
     }
 
-    /// Puts up to `max` nodes not handed out back on the free list;
-    /// returns how many.
-    fn give_back(&mut self, slab: &mut Slab<Record<T>>, max: usize) -> usize {
-        let take = max.min(self.unmarked.len());
-        slab.give_back(self.unmarked.drain(self.unmarked.len() - take..));
-        let mut k = take;
-        while k < max {
-            let Some(n) = self.lowest() else { break };
+    /// Puts every marked node not handed out back on the free list (a
+    /// migration given up).
+    fn give_back(&mut self, slab: &mut Slab<Record<T>>) {
+        while let Some(n) = self.lowest() {
             slab.recycle(n);
-            k += 1;
         }
-        k
     }
 }
 
@@ -328,7 +333,7 @@ impl<T> Migration<T> {
             phase: Phase::Collect,
             staged: Staged::default(),
             pending: VecDeque::new(),
-            reserve: Reserve::new(Vec::new()),
+            reserve: Reserve::new(),
             order: VebOrder::new(0),
             shadow: Shadow::new(0),
             last: 0,
@@ -379,7 +384,6 @@ impl<T> Migration<T> {
         slab: &mut Slab<Record<T>>,
         mut budget: usize,
     ) -> bool {
-        let unbounded = budget == usize::MAX;
         while budget > 0 {
             match self.phase {
                 Phase::Collect => {
@@ -393,13 +397,15 @@ impl<T> Migration<T> {
                     );
                     budget -= self.staged.len() - before;
                     if done {
-                        self.reserve = Reserve::new(slab.take_free());
                         self.phase = Phase::Reserve;
                     }
                 }
                 Phase::Reserve => {
-                    if self.reserve.len < self.staged.len() {
-                        self.reserve.add(slab.fresh_chunk());
+                    if self.reserve.marked == 0 && slab.free_len() < self.staged.len() {
+                        // Grown first, a chunk a slice (a chunk's nodes may
+                        // take milliseconds to fault in), so that marking
+                        // seldom grows.
+                        slab.grow_free();
                         budget = budget.saturating_sub(CHUNK_COST);
                     } else if let Some(k) =
                         self.reserve
@@ -410,12 +416,11 @@ impl<T> Migration<T> {
                         self.shadow = Shadow::new(self.staged.len());
                         self.order = VebOrder::new(self.staged.len());
                         self.phase = Phase::Build;
-                        // The build starts with the next slice: its first
-                        // nodes (cold, a rank map to allocate) would not fit
-                        // the rest of this one (unless unbounded: `rebalance`).
-                        if !unbounded {
-                            budget = 0;
-                        }
+                        // Counts a whole slice: the build's first nodes (cold,
+                        // a rank map to allocate) start with the next one,
+                        // unless this write may do more (a batch,
+                        // `rebalance`).
+                        budget = budget.saturating_sub(SLICE);
                     }
                 }
                 Phase::Build => {
@@ -427,9 +432,9 @@ impl<T> Migration<T> {
                     let addr = node.as_ptr().addr();
                     self.out_of_order |= addr <= self.last;
                     self.last = addr;
-                    // SAFETY: a free node of this slab (from `take_free` or
-                    // `fresh_chunk`), in no copy; this transaction flipped
-                    // `seq` (caller).
+                    // SAFETY: a free node of this slab (popped off its free
+                    // list), in no copy; this transaction flipped `seq`
+                    // (caller).
                     unsafe { slab.fill(node, self.staged.get(spot.rank)) };
                     // SAFETY: the node holds the range of rank `spot.rank`
                     // among those collected (in key order); the spots come
@@ -444,16 +449,7 @@ impl<T> Migration<T> {
                     // An unmap of 256 KiB: up to a few hundred microseconds.
                     budget = budget.saturating_sub(SLICE / 2);
                 }
-                Phase::Return => {
-                    // A unit a run of 4 nodes (the free list may grow, a
-                    // copy).
-                    let max = budget.saturating_mul(4);
-                    let k = self.reserve.give_back(slab, max);
-                    budget -= k.div_ceil(4).min(budget);
-                    if k < max {
-                        self.phase = Phase::CatchUp;
-                    }
-                }
+                Phase::Return => self.phase = Phase::CatchUp,
                 Phase::CatchUp => {
                     let Some(edit) = self.pending.pop_front() else {
                         return true;
@@ -494,8 +490,10 @@ impl<T> Migration<T> {
     /// Gives up: every node taken goes back to the free list (none was ever
     /// reachable by a reader).
     fn abandon(mut self, slab: &mut Slab<Record<T>>) {
-        self.reserve.give_back(slab, usize::MAX);
-        slab.give_back(self.shadow.nodes());
+        self.reserve.give_back(slab);
+        for n in self.shadow.nodes() {
+            slab.recycle(n);
+        }
     }
 }
 
@@ -528,7 +526,17 @@ impl<T> Layout<T> {
                 txn.rebuild();
             }
         }
-        self.step(txn, slab, SLICE);
+        // A write of many changes (a batch) takes time in proportion anyway:
+        // it may take the migration's work in proportion too, so that a bulk
+        // load of n ranges leaves its tree rebuilt, as one write did before
+        // (a node costs about five units over the phases).
+        let mut changes = 0_usize;
+        txn.changes(|_| changes += 1);
+        self.step(
+            txn,
+            slab,
+            SLICE.saturating_add(changes.saturating_mul(WORK_PER_CHANGE)),
+        );
     }
 
     /// Rebuilds the version being built into the balanced shape within
@@ -573,8 +581,8 @@ impl<T> Layout<T> {
                 self.adopted += 1;
                 // Enough writes came meanwhile to make the next rebuild due:
                 // start it now, or the commit would rebuild in place, at
-                // once (`Txn::defer_rebuilds`).
-                if txn.rebuild_due() {
+                // once (`Txn::defer_rebuilds`; a small tree may).
+                if txn.rebuild_due() && txn.len() >= LAYOUT_MIN {
                     self.migration = Some(Migration::new());
                 }
             } else {

@@ -235,20 +235,27 @@ impl<M> Slab<M> {
         node.module.store(f.module, Ordering::Relaxed);
     }
 
-    /// Takes the whole free list (later allocations grow the slab or use
-    /// what is recycled after this): for a caller that hands the nodes out
-    /// in its own order (`layout.rs`) and gives back what it does not use
-    /// ([`give_back`](Slab::give_back)).
-    pub(crate) fn take_free(&mut self) -> Vec<NonNull<RangeNode<M>>> {
-        core::mem::take(&mut self.free)
+    /// A free node, if any, not written (the caller writes it with
+    /// [`fill`](Slab::fill) where [`alloc`](Slab::alloc) may be called).
+    pub(crate) fn pop_free(&mut self) -> Option<NonNull<RangeNode<M>>> {
+        self.free.pop()
     }
 
-    /// A fresh chunk's nodes, all free, for the caller alone (as
-    /// [`take_free`](Slab::take_free)'s).
-    pub(crate) fn fresh_chunk(&mut self) -> Vec<NonNull<RangeNode<M>>> {
-        let free = core::mem::take(&mut self.free);
+    /// The nodes on the free list.
+    pub(crate) fn free_len(&self) -> usize {
+        self.free.len()
+    }
+
+    /// Grows the slab by a chunk, its nodes free.
+    pub(crate) fn grow_free(&mut self) {
         self.grow();
-        core::mem::replace(&mut self.free, free)
+    }
+
+    /// Grows the slab by a chunk and pops one of its nodes (as
+    /// [`pop_free`](Slab::pop_free)).
+    pub(crate) fn alloc_chunk(&mut self) -> NonNull<RangeNode<M>> {
+        self.grow();
+        self.free.pop().expect("grow added nodes")
     }
 
     /// Each chunk's first node and node count, lowest address first: every
@@ -260,11 +267,6 @@ impl<M> Slab<M> {
             .collect();
         spans.sort_unstable();
         spans
-    }
-
-    /// Puts free nodes taken out ([`take_free`](Slab::take_free)) back.
-    pub(crate) fn give_back(&mut self, nodes: impl IntoIterator<Item = NonNull<RangeNode<M>>>) {
-        self.free.extend(nodes);
     }
 
     /// The nodes in all chunks, free or not.
