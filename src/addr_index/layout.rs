@@ -103,9 +103,12 @@ const SLICE: usize = if cfg!(debug_assertions) { 3 } else { 512 };
 /// change it made ([`Layout::settle`]).
 const WORK_PER_CHANGE: usize = 8;
 
-/// What growing the slab by a chunk (up to 2 MiB of nodes to initialise)
-/// counts against a slice: all of one.
-const CHUNK_COST: usize = SLICE;
+/// What growing the slab by a chunk (up to 2 MiB of nodes to initialise,
+/// 0.3 ms, or 5 ms where the kernel compacts memory for its huge page)
+/// counts against a slice: more than a single insert's whole budget
+/// (`SLICE` plus a change's), so that such a write grows one chunk at
+/// most.
+const CHUNK_COST: usize = 2 * SLICE;
 
 /// The writer's layout state: the migration running, if any.
 pub(super) struct Layout<T> {
