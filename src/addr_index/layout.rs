@@ -61,7 +61,7 @@
 //! Measured against the one-write move (`compare --pauses`: growth to
 //! 262 144 ranges by single inserts, the largest insert in thread CPU
 //! time, 2-core VM shared with other work, 5 runs each): ascending 42–53 →
-//! 4–12 ms, random 37–87 → 4–11 ms. What stays above a millisecond is not
+//! 4–13 ms, random 37–87 → 4–11 ms. What stays above a millisecond is not
 //! the migration: the slab growing by a 2 MiB chunk (0.3 ms, or about 5 ms
 //! when the kernel compacts memory for its huge page, as before) and the
 //! module table doubling (3 ms at 2^17 modules, as before); a slice of the
