@@ -15,8 +15,9 @@
 //! Round 3 moved every node inside the one write that made the rebuild due
 //! (52–83 ms at n = 262 144, DESIGN §7c). Now a [`Migration`] does the same
 //! work over many writes, at most [`SLICE`] units of it at the end of each
-//! one (`IndexBatch::settle`), off to the side where no reader can reach
-//! it:
+//! one (`IndexBatch::settle`; plus [`WORK_PER_CHANGE`] for each change the
+//! write made, so that a bulk batch leaves its tree migrated), off to the
+//! side where no reader can reach it:
 //!
 //! 1. *Collect*: copy 0's node fields, in key order, into a private
 //!    snapshot, from where the last slice stopped (the *frontier*, a range
