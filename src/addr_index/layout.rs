@@ -733,7 +733,7 @@ mod tests {
     /// builds check that at each adoption).
     #[test]
     fn writes_during_a_migration_reach_the_adopted_tree() {
-        let rounds = if cfg!(miri) { 200 } else { 3000 };
+        let rounds = if cfg!(miri) { 150 } else { 3000 };
         let index = AddrIndex::new();
         let mut model: BTreeMap<u64, (ModuleId, u64)> = BTreeMap::new();
         let mut x = 0x2545_f491_4f6c_dd1d_u64;
@@ -806,7 +806,7 @@ mod tests {
                 }
             }
             wrote_mid += usize::from(running);
-            if round % 7 == 0 || cfg!(miri) {
+            if round % if cfg!(miri) { 25 } else { 7 } == 0 {
                 index.check_invariants().unwrap();
                 let got: Vec<(u64, u64)> = index
                     .snapshot(&index.pin())
