@@ -96,6 +96,7 @@ pub(crate) use const_fn_unless_loom;
 #[cfg(all(not(latchtree_loom), not(feature = "std")))]
 mod spin {
     use core::cell::UnsafeCell;
+    use core::marker::PhantomData;
     use core::ops::{Deref, DerefMut};
     use core::sync::atomic::{AtomicBool, Ordering};
 
@@ -109,8 +110,10 @@ mod spin {
     // sharing the lock moves the value between threads, as `Mutex` does.
     unsafe impl<T: Send> Sync for SpinMutex<T> {}
 
-    /// Holds a [`SpinMutex`]; unlocks when dropped.
-    pub(crate) struct SpinMutexGuard<'a, T>(&'a SpinMutex<T>);
+    /// Holds a [`SpinMutex`]; unlocks when dropped. The marker makes it
+    /// `Sync` only where `T` is, as `std`'s guard (review: sharing a guard
+    /// of a `Cell` would hand `&Cell` to several threads).
+    pub(crate) struct SpinMutexGuard<'a, T>(&'a SpinMutex<T>, PhantomData<&'a mut T>);
 
     impl<T> SpinMutex<T> {
         pub(crate) const fn new(value: T) -> Self {
@@ -133,7 +136,7 @@ mod spin {
                     .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
                     .is_ok()
                 {
-                    return SpinMutexGuard(self);
+                    return SpinMutexGuard(self, PhantomData);
                 }
                 // Relaxed: only a hint to try again; the CAS above orders.
                 while self.locked.load(Ordering::Relaxed) {

@@ -4,10 +4,13 @@
 //! [`catch_unwind`], the write rolls back (or the drop is counted), and the
 //! panic resumes ([`resume_unwind`]). Without `std` nothing can catch a
 //! panic: [`catch_unwind`] then runs its closure under a guard whose `Drop`
-//! panics if it is reached by unwinding, and a panic during unwinding
-//! aborts. So a no_std build never leaves a half-done write behind a panic
-//! (where panics abort, as they usually do without `std`, the guard is
-//! never reached). The `guide::no_std` page says so to users.
+//! panics if it is reached by unwinding, and a panic during cleanup calls
+//! the panic handler with `can_unwind() == false`, which never returns
+//! (it aborts, resets, or parks the task, as the handler decides). So no
+//! half-done write is ever seen: readers keep the last committed copy, and
+//! later writers of that structure wait for a lock that is never released.
+//! Where panics abort, as they usually do without `std`, the guard is never
+//! reached. The `guide::no_std` page says so to users.
 
 #[cfg(feature = "std")]
 pub(crate) use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};

@@ -129,13 +129,14 @@ fn batch_ranges_records_and_counts_change_together() {
     });
 }
 
-/// A rebuild (`rebalance`) relinks every node of each copy in turn while a
-/// reader looks up a stable range. With 4 ranges inserted in ascending
-/// order (root 2, with 4 hanging right of 3), the rebuild moves them
-/// (loom's `LAYOUT_MIN`, `addr_index/layout.rs`): copies of the 4 nodes, in
-/// fresh slab memory, take the balanced shape (root 3, 2 over 1 on its
-/// left) and the old nodes go back to the free list. With 3, it relinks them
-/// in place (all black now). The reader overlapping it must always find the
+/// A rebuild (`rebalance`) while a reader looks up a stable range. With 4
+/// ranges inserted in ascending order (root 2, with 4 hanging right of 3),
+/// the rebuild moves them (loom's `LAYOUT_MIN`, `addr_index/layout.rs`): a
+/// whole migration in the one write, whose copies of the 4 nodes, in free
+/// slab memory, are built off to the side in the balanced shape (root 3, 2
+/// over 1 on its left) and adopted by both copies with one root store each
+/// (`Txn::adopt`); the old nodes go back to the free list after the
+/// commit. With 3, it relinks them in place (all black now). The reader overlapping it must always find the
 /// range, with the right id, whichever copy, shape and node it walks.
 #[test]
 fn relocation_races_lookup() {

@@ -5,7 +5,6 @@
 
 use super::error::{AddrIndexError, InsertError};
 use super::index::{AddrIndex, Node, Writer};
-use super::layout;
 use super::module::Removed;
 use super::queries::raw_hit;
 use super::record::Record;
@@ -324,26 +323,19 @@ impl<T> IndexBatch<'_, T> {
     }
 
     /// The end of every batch that returned: the rebuild its writes made
-    /// due, if any, done now (see [`reshape`](IndexBatch::reshape)), so
-    /// that the commit has none left to do.
+    /// due, if any, started, and a slice of the one running done
+    /// (`layout.rs`), so that the commit has none left to do.
     pub(super) fn settle(&mut self) {
-        if self.txn.rebuild_due() {
-            self.reshape();
-        }
+        let w = &mut *self.w;
+        w.layout.settle(&mut self.txn, &mut w.slab);
     }
 
-    /// Rebuilds the version being built into the balanced shape: a tree of
-    /// at least [`LAYOUT_MIN`](layout::LAYOUT_MIN) nodes into fresh memory in
-    /// van Emde Boas order (`layout.rs`), a smaller one in place.
+    /// Rebuilds the version being built into the balanced shape now: a tree
+    /// of at least `layout::LAYOUT_MIN` nodes into fresh
+    /// memory in van Emde Boas order (`layout.rs`), a smaller one in place.
     pub(super) fn reshape(&mut self) {
-        if self.txn.balanced() {
-            return;
-        }
-        if self.txn.len() >= layout::LAYOUT_MIN {
-            layout::relocate(&mut self.txn, &mut self.w.slab);
-        } else {
-            self.txn.rebuild();
-        }
+        let w = &mut *self.w;
+        w.layout.rebalance(&mut self.txn, &mut w.slab);
     }
 
     /// The value of module `id` in the version being built.

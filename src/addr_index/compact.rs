@@ -66,17 +66,29 @@ impl<T> AddrIndex<T> {
         let live = self.tree.len();
         let w = self.tree.state_mut();
         if w.slab.free_nodes() > 0 && w.slab.nodes() > Slab::<Record<T>>::fresh_nodes(live) {
-            let old = self.tree.drain_nodes();
-            // Allocated in van Emde Boas order of the balanced shape, so that
-            // `build` lays the tree out as a rebuild would (`layout.rs`).
+            // A migration running (`layout.rs`) holds nodes of the old slab:
+            // dropped with it, and so are the trees an adoption left to
+            // release (`drain_live_nodes`).
+            w.layout.forget();
+            let old = self.tree.drain_live_nodes();
+            // Fresh nodes at rising addresses, filled in van Emde Boas order
+            // of the balanced shape, so that `build` lays the tree out as a
+            // rebuild would (`layout.rs`).
             let ranks = crate::raw::van_emde_boas(old.len());
-            // `alloc` rewrites nodes readers may stand on only after a
-            // flip; these are fresh, and no reader is left anyway.
             let mut fresh = Slab::new();
-            let copies = fresh.alloc_run(ranks.iter().map(|&k| {
-                // SAFETY: drained from the tree just now: live slab nodes.
-                Fields::of(unsafe { old[k].as_ref() })
-            }));
+            while fresh.free_len() < old.len() {
+                fresh.grow_free();
+            }
+            let mut copies: Vec<NonNull<_>> =
+                (0..old.len()).filter_map(|_| fresh.pop_free()).collect();
+            copies.sort_unstable();
+            for (&k, &c) in ranks.iter().zip(&copies) {
+                // `fill` rewrites nodes readers may stand on only after a
+                // flip; these are fresh, and no reader is left anyway.
+                // SAFETY: `c` is a node of `fresh`; `old[k]` was drained from
+                // the tree just now: a live slab node.
+                unsafe { fresh.fill(c, Fields::of(old[k].as_ref())) };
+            }
             let mut new: Vec<NonNull<_>> = copies.clone();
             for (&k, &c) in ranks.iter().zip(&copies) {
                 new[k] = c;
@@ -239,5 +251,48 @@ mod tests {
         let ranks = crate::raw::van_emde_boas(addrs.len());
         assert!(ranks.windows(2).all(|w| addrs[w[0]] < addrs[w[1]]));
         index.check_invariants().unwrap();
+    }
+
+    /// Compaction in the middle of an incremental rebuild (`layout.rs`):
+    /// the migration's nodes and any adopted tree still being released lie
+    /// in the old slab, so they must go with it; later writes (which would
+    /// go on migrating and releasing) then work on the fresh slab only.
+    #[test]
+    fn shrink_to_fit_while_a_migration_runs() {
+        let min = crate::addr_index::layout::LAYOUT_MIN;
+        let n = (min.max(if cfg!(miri) { 16 } else { 700 }) * 4) as u64;
+        let mut index = AddrIndex::new();
+        let ids: Vec<_> = (0..n)
+            .map(|k| index.insert(k * 16..k * 16 + 8, k).unwrap())
+            .collect();
+        let running = |index: &mut AddrIndex<u64>| index.tree.state_mut().layout.running();
+        let mut kept: Vec<u64> = (0..n).collect();
+        let mut removed = 0;
+        for (k, id) in ids.iter().enumerate().rev().step_by(2) {
+            index.remove(*id).unwrap();
+            kept.retain(|&x| x != k as u64);
+            removed += 1;
+            if running(&mut index) && removed > 8 {
+                break;
+            }
+        }
+        assert!(running(&mut index), "no migration ran");
+        index.shrink_to_fit();
+        assert!(!running(&mut index));
+        index.check_invariants().unwrap();
+        let answers = |index: &AddrIndex<u64>, kept: &[u64]| {
+            for k in 0..n + 64 {
+                let want = kept.contains(&k).then_some(k * 16..k * 16 + 8);
+                assert_eq!(index.lookup(k * 16 + 3).map(|h| h.range()), want, "{k}");
+            }
+        };
+        answers(&index, &kept);
+        // Enough writes for more migrations and adoptions on the fresh slab.
+        for k in n..n + 64 {
+            index.insert(k * 16..k * 16 + 8, k).unwrap();
+            kept.push(k);
+            index.check_invariants().unwrap();
+        }
+        answers(&index, &kept);
     }
 }

@@ -5,6 +5,7 @@
 //! `batch.rs`'s.
 
 use super::garbage::{Garbage, Spare};
+use super::layout::Layout;
 use super::record::Record;
 use super::slab::{RangeNode, Slab};
 use super::table::{Dirty, Table};
@@ -42,6 +43,8 @@ pub(super) struct Writer<T> {
     pub(super) spare: Spare<T>,
     /// The buffer the next write collects its due items in (`write.rs`).
     pub(super) due: Vec<Garbage<T>>,
+    /// The rebuild into fresh memory running, if any (`layout.rs`).
+    pub(super) layout: Layout<T>,
 }
 
 /// An address-range index: non-overlapping `[start, end)` ranges of `u64`
@@ -208,6 +211,9 @@ pub(super) struct Writer<T> {
 /// [`shrink_to_fit`](AddrIndex::shrink_to_fit), which needs `&mut self`
 /// (the proof that no reader is left) and leaves about what a fresh index
 /// of the remaining modules holds; dropping the index frees everything.
+/// (Writes also keep up to 128 removed modules' record and value
+/// allocations for reuse, `128 × size_of::<T>()` bytes of values at most:
+/// `shrink_to_fit` frees them too.)
 ///
 /// # When a removed value is dropped
 ///
@@ -288,6 +294,7 @@ impl<T> AddrIndex<T> {
                     drops: Drops::new(),
                     spare: Spare::new(),
                     due: Vec::new(),
+                    layout: Layout::new(),
                 }),
                 bounds: [
                     CopyBounds([AtomicU64::new(u64::MAX), AtomicU64::new(0)]),

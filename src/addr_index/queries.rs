@@ -126,8 +126,9 @@ impl<T> AddrIndex<T> {
         }))
     }
 
-    /// Pins crossbeam-epoch's default collector: the guard every guarded
-    /// read of this index takes (the same as [`latchtree::pin()`](crate::pin)).
+    /// Pins this index's collector: the guard every guarded read of this
+    /// index takes (for an index built with `new()`, the same as
+    /// [`latchtree::pin()`](crate::pin)).
     ///
     /// ```
     /// let index = latchtree::AddrIndex::new();

@@ -83,6 +83,7 @@ pub(crate) struct RangeNode<M> {
 const _: () = assert!(core::mem::offset_of!(RangeNode<()>, hot_parent) == 64);
 
 /// What [`Slab::alloc`] writes into a node.
+#[derive(Debug)]
 pub(crate) struct Fields<M> {
     pub(crate) start: u64,
     pub(crate) end: u64,
@@ -123,6 +124,14 @@ impl<M> RangeNode<M> {
     }
 }
 
+// Manual impls: a derive would require `M: Copy`.
+impl<M> Clone for Fields<M> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<M> Copy for Fields<M> {}
+
 impl<M> Fields<M> {
     /// What `node` holds, read by the writer (its only writer).
     pub(crate) fn of(node: &RangeNode<M>) -> Self {
@@ -154,6 +163,9 @@ pub(crate) struct Slab<M> {
 struct Chunk {
     base: NonNull<u8>,
     layout: Layout,
+    /// Where its nodes start (`chunk_colour` bytes in), and how many.
+    first: usize,
+    len: usize,
 }
 
 /// How far into its chunk the `k`-th 2 MiB chunk puts its first node: `k
@@ -197,7 +209,20 @@ impl<M> Slab<M> {
             self.grow();
         }
         let n = self.free.pop().expect("grow added nodes");
-        // SAFETY: free-list nodes point into live chunks.
+        // SAFETY: a free node of this slab.
+        unsafe { self.fill(n, f) };
+        n
+    }
+
+    /// Writes `f` into `n`, a node in no copy (a free one the caller took,
+    /// or one of a tree no reader can reach yet).
+    ///
+    /// Call only where [`alloc`](Slab::alloc) may be called.
+    ///
+    /// # Safety
+    /// `n` is a node of this slab.
+    pub(crate) unsafe fn fill(&mut self, n: NonNull<RangeNode<M>>, f: Fields<M>) {
+        // SAFETY: a node of this slab (caller): it points into a live chunk.
         let node = unsafe { n.as_ref() };
         // Relaxed: sequenced after this transaction's first flip (its
         // Release fence, see the module docs), and published to readers by
@@ -209,28 +234,40 @@ impl<M> Slab<M> {
         node.tag.store(f.tag, Ordering::Relaxed);
         node.flags.store(u64::from(f.flags), Ordering::Relaxed);
         node.module.store(f.module, Ordering::Relaxed);
-        n
     }
 
-    /// Nodes holding `fields`, one each, at ascending addresses: the lowest
-    /// free ones (grown first if too few are free), so that nodes written in
-    /// a traversal order lie in memory in that order (`layout.rs`). Sorts
-    /// the free list, so later allocations reuse low addresses first too.
-    ///
-    /// Call only where [`alloc`](Slab::alloc) may be called.
-    pub(crate) fn alloc_run(
-        &mut self,
-        fields: impl ExactSizeIterator<Item = Fields<M>>,
-    ) -> Vec<NonNull<RangeNode<M>>> {
-        while self.free.len() < fields.len() {
-            self.grow();
-        }
-        // Popped from the end: highest address first in the vector (as
-        // `grow` leaves a fresh chunk's nodes).
-        if !self.free.is_sorted_by(|a, b| a > b) {
-            self.free.sort_unstable_by(|a, b| b.cmp(a));
-        }
-        fields.map(|f| self.alloc(f)).collect()
+    /// A free node, if any, not written (the caller writes it with
+    /// [`fill`](Slab::fill) where [`alloc`](Slab::alloc) may be called).
+    pub(crate) fn pop_free(&mut self) -> Option<NonNull<RangeNode<M>>> {
+        self.free.pop()
+    }
+
+    /// The nodes on the free list.
+    pub(crate) fn free_len(&self) -> usize {
+        self.free.len()
+    }
+
+    /// Grows the slab by a chunk, its nodes free.
+    pub(crate) fn grow_free(&mut self) {
+        self.grow();
+    }
+
+    /// Grows the slab by a chunk and pops one of its nodes (as
+    /// [`pop_free`](Slab::pop_free)).
+    pub(crate) fn alloc_chunk(&mut self) -> NonNull<RangeNode<M>> {
+        self.grow();
+        self.free.pop().expect("grow added nodes")
+    }
+
+    /// Each chunk's first node and node count, lowest address first: every
+    /// node of the slab is `first.add(i)` for one chunk and one `i < len`.
+    pub(crate) fn chunk_spans(&self) -> Vec<(NonNull<RangeNode<M>>, usize)> {
+        let mut spans: Vec<_> = (self.chunks.iter())
+            // SAFETY: `first` bytes in, inside the allocation (`grow`).
+            .map(|c| (unsafe { c.base.add(c.first) }.cast(), c.len))
+            .collect();
+        spans.sort_unstable();
+        spans
     }
 
     /// The nodes in all chunks, free or not.
@@ -312,7 +349,12 @@ impl<M> Slab<M> {
             self.free.push(unsafe { first.add(i) });
         }
         self.nodes += len;
-        self.chunks.push(Chunk { base, layout });
+        self.chunks.push(Chunk {
+            base,
+            layout,
+            first: colour,
+            len,
+        });
     }
 }
 

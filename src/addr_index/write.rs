@@ -344,7 +344,10 @@ impl<T: Send + Sync + 'static> AddrIndex<T> {
     /// moves the ranges into fresh memory in van Emde Boas order, so that a
     /// lookup touches a few pages rather than one per level (the memory the
     /// old places held is reused by later writes, never returned while the
-    /// index lives). An index already in that shape (no insert or remove
+    /// index lives). Writes spread that work over many of them, a slice
+    /// each, so that none takes long; this call does all of it in its one
+    /// write (tens of milliseconds at 262 144 ranges), for the exact shape
+    /// at once. An index already in that shape (no insert or remove
     /// since its last rebuild) is left alone: no write happens.
     ///
     /// ```

@@ -15,6 +15,7 @@ use super::descent::balanced_height;
 use super::links::{Dir, Linked, link_store_order};
 use super::walk::nodes_in_order;
 use crate::sync::{AtomicPtr, Ordering};
+use alloc::vec;
 use alloc::vec::Vec;
 use core::ops::Range;
 use core::ptr::{self, NonNull};
@@ -67,32 +68,157 @@ pub(super) unsafe fn link_balanced<N: Linked>(
 }
 
 /// The key-order ranks of the balanced shape's nodes over `len` nodes, in
-/// van Emde Boas order: the top half of its levels first (recursively in
-/// this order), then each subtree hanging below them, left to right
+/// van Emde Boas order ([`VebOrder`], collected): for compaction and the
+/// tests.
+pub(crate) fn van_emde_boas(len: usize) -> Vec<usize> {
+    VebOrder::new(len).map(|s| s.rank).collect()
+}
+
+/// The nodes of the balanced shape over `len` nodes, each as a [`Spot`],
+/// in van Emde Boas order: the top half of its levels first (recursively
+/// in this order), then each subtree hanging below them, left to right
 /// (recursively too). Every subtree of `2^k - 1` nodes then lies in one run
 /// of memory when the nodes are allocated in this order, so a path of `h`
 /// levels crosses about `h / k` such runs, whatever the line or page size:
 /// at 128 bytes a node, a 4 KiB page holds a subtree of 4 or 5 levels, and
 /// a path of 18 levels touches 4 to 6 pages instead of one a level.
-pub(crate) fn van_emde_boas(len: usize) -> Vec<usize> {
-    let mut out = Vec::with_capacity(len);
-    veb_into(0..len, balanced_height(len), &mut out);
-    out
+///
+/// Every node comes after its parent (a subtree's top levels come before
+/// the subtrees below them), so a tree can be linked in this order, each
+/// node under its parent. An iterator over an explicit stack of a few
+/// dozen frames, so that a caller can take the order a slice at a time
+/// (`addr_index/layout.rs` builds a tree over many writes).
+#[derive(Clone, Debug)]
+pub(crate) struct VebOrder {
+    stack: Vec<Frame>,
 }
 
-/// Appends to `out` the ranks of the subtree over `keys` (as `link` splits
-/// it) at depths below `levels`, in van Emde Boas order.
-fn veb_into(keys: Range<usize>, levels: usize, out: &mut Vec<usize>) {
-    if keys.is_empty() || levels == 0 {
-        return;
+/// Where a node of the balanced shape goes: its key-order rank, its
+/// parent's rank (`None` for the root), which child of it the node is, and
+/// its depth (the root's is 0).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Spot {
+    pub(crate) rank: usize,
+    pub(crate) parent: Option<usize>,
+    pub(crate) dir: Dir,
+    pub(crate) depth: usize,
+}
+
+/// One pending step of [`VebOrder`]; `up` is where the root of the
+/// subtree over `keys` hangs (its `rank` unused).
+#[derive(Clone, Debug)]
+enum Frame {
+    /// The subtree over `keys`, its first `levels` levels.
+    Top {
+        keys: Range<usize>,
+        levels: usize,
+        up: Spot,
+    },
+    /// The subtrees `depth` levels below the one over `keys`, from the
+    /// `next`-th (in key order), each to `levels` levels.
+    Below {
+        keys: Range<usize>,
+        depth: usize,
+        levels: usize,
+        next: usize,
+        up: Spot,
+    },
+}
+
+impl VebOrder {
+    pub(crate) fn new(len: usize) -> Self {
+        let up = Spot {
+            rank: 0,
+            parent: None,
+            dir: Dir::Left,
+            depth: 0,
+        };
+        VebOrder {
+            stack: vec![Frame::Top {
+                keys: 0..len,
+                levels: balanced_height(len),
+                up,
+            }],
+        }
     }
-    if levels == 1 {
-        out.push(middle(&keys));
-        return;
+}
+
+impl Iterator for VebOrder {
+    type Item = Spot;
+
+    fn next(&mut self) -> Option<Spot> {
+        while let Some(frame) = self.stack.pop() {
+            match frame {
+                Frame::Top { keys, levels, up } => {
+                    if keys.is_empty() || levels == 0 {
+                        continue;
+                    }
+                    if levels <= 3 {
+                        // Up to three levels the order is the pre-order (the
+                        // top is the root alone, each half below it at most
+                        // two levels): the root now, then each child's
+                        // subtree. Most nodes lie in these levels, so they
+                        // skip the `Below` frames.
+                        let m = middle(&keys);
+                        let child = |dir| Spot {
+                            rank: 0,
+                            parent: Some(m),
+                            dir,
+                            depth: up.depth + 1,
+                        };
+                        for (keys, dir) in
+                            [(m + 1..keys.end, Dir::Right), (keys.start..m, Dir::Left)]
+                        {
+                            self.stack.push(Frame::Top {
+                                keys,
+                                levels: levels - 1,
+                                up: child(dir),
+                            });
+                        }
+                        return Some(Spot { rank: m, ..up });
+                    }
+                    let top = levels / 2;
+                    self.stack.push(Frame::Below {
+                        keys: keys.clone(),
+                        depth: top,
+                        levels: levels - top,
+                        next: 0,
+                        up,
+                    });
+                    self.stack.push(Frame::Top {
+                        keys,
+                        levels: top,
+                        up,
+                    });
+                }
+                Frame::Below {
+                    keys,
+                    depth,
+                    levels,
+                    next,
+                    up,
+                } => {
+                    if next == 1 << depth {
+                        continue;
+                    }
+                    let (sub, sub_up) = nth_below(&keys, depth, next, up);
+                    self.stack.push(Frame::Below {
+                        keys,
+                        depth,
+                        levels,
+                        next: next + 1,
+                        up,
+                    });
+                    self.stack.push(Frame::Top {
+                        keys: sub,
+                        levels,
+                        up: sub_up,
+                    });
+                }
+            }
+        }
+        None
     }
-    let top = levels / 2;
-    veb_into(keys.clone(), top, out);
-    below(keys, top, &mut |sub| veb_into(sub, levels - top, out));
 }
 
 /// The root's rank in the subtree over `keys`, as `link` splits it.
@@ -100,18 +226,31 @@ fn middle(keys: &Range<usize>) -> usize {
     keys.start + keys.len() / 2
 }
 
-/// Calls `f` with each non-empty subtree `depth` levels below the one over
-/// `keys`, in key order.
-fn below(keys: Range<usize>, depth: usize, f: &mut impl FnMut(Range<usize>)) {
-    if keys.is_empty() {
-        return;
+/// The keys of the `i`-th (in key order) subtree `depth` levels below the
+/// one over `keys`, whose root hangs at `up` (empty where the shape has
+/// none), and where that subtree's root hangs.
+fn nth_below(keys: &Range<usize>, depth: usize, i: usize, up: Spot) -> (Range<usize>, Spot) {
+    let mut keys = keys.clone();
+    let mut up = up;
+    for bit in (0..depth).rev() {
+        if keys.is_empty() {
+            break;
+        }
+        let m = middle(&keys);
+        let right = i >> bit & 1 == 1;
+        up = Spot {
+            rank: 0,
+            parent: Some(m),
+            dir: Dir::toward(right),
+            depth: up.depth + 1,
+        };
+        keys = if right {
+            m + 1..keys.end
+        } else {
+            keys.start..m
+        };
     }
-    if depth == 0 {
-        return f(keys);
-    }
-    let m = middle(&keys);
-    below(keys.start..m, depth - 1, f);
-    below(m + 1..keys.end, depth - 1, f);
+    (keys, up)
 }
 
 /// Links `nodes` as a subtree under `parent` at `depth` in the copies

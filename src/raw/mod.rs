@@ -16,6 +16,8 @@
 //!   order);
 //! * `check.rs`: the invariant checker;
 //! * `txn.rs`: a write in progress ([`Txn`]) and the log it records;
+//! * `shadow.rs`: a tree built off to the side over several transactions
+//!   ([`Shadow`]) and swapped in whole (`Txn::adopt`);
 //! * `tree.rs`: [`RawTree`]: the writer lock, reads, and each write's
 //!   commit (replay on copy 1) or rollback;
 //! * `cursor.rs`: a reader's position on a node, stepped to its neighbours
@@ -53,6 +55,7 @@ mod descent;
 mod latch;
 mod links;
 mod rbtree;
+mod shadow;
 mod shared;
 mod tree;
 mod txn;
@@ -60,10 +63,12 @@ mod walk;
 
 pub(crate) use cursor::{Cursor, Step};
 pub(crate) use links::{Dir, Kids, LinkRef, Linked, Links, Parent};
+pub(crate) use shadow::Shadow;
 pub(crate) use shared::View;
 pub(crate) use tree::RawTree;
-pub(crate) use txn::{Slot, Txn};
+pub(crate) use txn::{Change, Slot, Txn};
 
+pub(crate) use build::VebOrder;
 pub(crate) use build::van_emde_boas;
 
 #[cfg(all(test, not(latchtree_loom)))]

@@ -546,25 +546,49 @@ fn van_emde_boas_ranks_are_a_recursive_top_then_bottom_permutation() {
     }
 }
 
-/// Relinks copy 0 into copies of its nodes (`Txn::relocate`), allocated in
-/// the order `place` gets them; panics after it when `panic` is set.
-fn relocate(h: &Harness, panic: bool) -> Vec<u64> {
+/// In one write: collects copy 0's keys (`Txn::scan`, a few at a time),
+/// builds a shadow of fresh nodes for them in van Emde Boas order, inserts
+/// `extra` and erases the first key in the shadow, and adopts it; panics
+/// after it when `panic` is set. Returns the keys in the order built.
+fn adopt(h: &Harness, extra: u64, panic: bool) -> Vec<u64> {
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         h.tree.write(
             |txn, _| {
+                let mut keys: Vec<u64> = Vec::new();
+                loop {
+                    let last = keys.last().copied();
+                    let done =
+                        txn.scan(|n| last.is_none_or(|l| n.key > l), 7, |n| keys.push(n.key));
+                    if done {
+                        break;
+                    }
+                }
+                let mut shadow = super::Shadow::new(keys.len());
                 let mut order = Vec::new();
-                let place = |old: &[NonNull<Node>]| {
-                    old.iter()
-                        .map(|n| {
-                            // SAFETY: copy 0's nodes live until the harness drops.
-                            let key = unsafe { n.as_ref() }.key;
-                            order.push(key);
-                            h.alloc(key)
-                        })
-                        .collect()
+                for spot in super::VebOrder::new(keys.len()) {
+                    order.push(keys[spot.rank]);
+                    // SAFETY: a fresh node holding the key of rank
+                    // `spot.rank`, spots in their order.
+                    unsafe { shadow.place(spot, h.alloc(keys[spot.rank])) };
+                }
+                let by = |key: u64| {
+                    move |n: &Node| match key.cmp(&n.key) {
+                        core::cmp::Ordering::Less => Some(Dir::Left),
+                        core::cmp::Ordering::Greater => Some(Dir::Right),
+                        core::cmp::Ordering::Equal => None,
+                    }
                 };
-                // SAFETY: one fresh node per node, with the same key.
-                unsafe { txn.relocate(place) };
+                let slot = shadow.find(by(extra));
+                // SAFETY: a fresh node, a fresh vacant slot.
+                unsafe { shadow.insert(h.alloc(extra), slot) };
+                let Slot::Occupied(first) = shadow.find(by(keys[0])) else {
+                    panic!("placed keys are found");
+                };
+                // SAFETY: from `find` just now.
+                unsafe { shadow.erase(first) };
+                txn.begin();
+                // SAFETY: fresh nodes, in no copy, freed when the harness drops.
+                unsafe { txn.adopt(shadow) };
                 assert!(!panic, "planned panic");
                 order
             },
@@ -575,12 +599,11 @@ fn relocate(h: &Harness, panic: bool) -> Vec<u64> {
     r.unwrap_or_default()
 }
 
-/// A relocation replaces every node by its copy in both copies, in the
-/// balanced shape with the exact plan, hands `place` the nodes in van Emde
-/// Boas order, and rolls back whole; readers running beside it never see a
-/// key missing.
+/// An adoption replaces every node by the shadow's in both copies at once,
+/// takes on the shadow's changes and shape, and rolls back whole; readers
+/// running beside it never see a stable key missing.
 #[test]
-fn relocation_moves_every_node_into_the_balanced_shape() {
+fn adoption_swaps_in_a_tree_built_aside() {
     let h = Arc::new(Harness::new());
     let keys: Vec<u64> = (0..if cfg!(miri) { 40 } else { 500 }).collect();
     h.apply(&keys.iter().map(|&k| (true, k)).collect::<Vec<_>>(), None);
@@ -591,30 +614,110 @@ fn relocation_moves_every_node_into_the_balanced_shape() {
         std::thread::spawn(move || {
             let mut reads = 0;
             while !stop.load(std::sync::atomic::Ordering::Relaxed) || reads == 0 {
-                assert!(h.contains(reads % 40), "a key went missing");
+                assert!(h.contains(1 + reads % 39), "a key went missing");
                 reads += 1;
             }
         })
     };
     if cfg!(feature = "std") {
         // Without `std` a panic inside a write aborts (`unwind.rs`).
-        let rolled = relocate(&h, true);
+        let rolled = adopt(&h, 10_000, true);
         assert!(rolled.is_empty());
         h.check();
         assert_eq!(h.keys(), keys, "rolled back whole");
     }
-    let order = relocate(&h, false);
+    let order = adopt(&h, 10_000, false);
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     reader.join().unwrap();
     h.check();
-    assert_eq!(h.keys(), keys);
+    let mut want: Vec<u64> = keys[1..].to_vec();
+    want.push(10_000);
+    assert_eq!(h.keys(), want);
     let ranks = super::build::van_emde_boas(keys.len());
     assert_eq!(order, ranks.iter().map(|&r| keys[r]).collect::<Vec<_>>());
-    let (height, _, plan) = h.shape();
-    assert_eq!(height, super::descent::balanced_height(keys.len()));
-    assert_eq!(plan, super::descent::Descent::balanced(keys.len()));
     assert!(
         h.addrs().iter().all(|a| !before.contains(a)),
         "a node was not replaced"
     );
+    // A shadow without changes gives the exact plan.
+    let keys = h.keys();
+    h.tree.write(
+        |txn, _| {
+            let mut shadow = super::Shadow::new(keys.len());
+            for spot in super::VebOrder::new(keys.len()) {
+                // SAFETY: as in `adopt`.
+                unsafe { shadow.place(spot, h.alloc(keys[spot.rank])) };
+            }
+            // SAFETY: as in `adopt`.
+            unsafe { txn.adopt(shadow) };
+        },
+        |_, _, _| {},
+        |_, _| {},
+    );
+    h.check();
+    let (height, _, plan) = h.shape();
+    assert_eq!(height, super::descent::balanced_height(keys.len()));
+    assert_eq!(plan, super::descent::Descent::balanced(keys.len()));
+}
+
+/// The van Emde Boas order, as `VebOrder` takes it a node at a time, is the
+/// recursive definition's: the top half of the levels, then each subtree
+/// below them, left to right, each recursively.
+#[test]
+fn van_emde_boas_order_is_the_recursive_one() {
+    fn veb(keys: core::ops::Range<usize>, levels: usize, out: &mut Vec<usize>) {
+        if keys.is_empty() || levels == 0 {
+            return;
+        }
+        let mid = |k: &core::ops::Range<usize>| k.start + k.len() / 2;
+        if levels == 1 {
+            return out.push(mid(&keys));
+        }
+        let top = levels / 2;
+        veb(keys.clone(), top, out);
+        let mut subs = vec![keys];
+        for _ in 0..top {
+            subs = (subs.into_iter())
+                .filter(|k| !k.is_empty())
+                .flat_map(|k| [k.start..mid(&k), mid(&k) + 1..k.end])
+                .collect();
+        }
+        for sub in subs {
+            veb(sub, levels - top, out);
+        }
+    }
+    for len in 0..if cfg!(miri) { 70 } else { 2100 } {
+        let mut want = Vec::new();
+        veb(0..len, super::descent::balanced_height(len), &mut want);
+        assert_eq!(super::build::van_emde_boas(len), want, "{len}");
+    }
+}
+
+/// The van Emde Boas order puts every node after its parent, so a tree can
+/// be linked in it (`Shadow::place`), and names each node's parent, side
+/// and depth in the balanced shape (as `link` splits it).
+#[test]
+fn van_emde_boas_order_puts_parents_first() {
+    for len in 0..if cfg!(miri) { 40 } else { 600 } {
+        let mut seen = vec![false; len];
+        for spot in super::VebOrder::new(len) {
+            let rank = spot.rank;
+            let mut keys = 0..len;
+            let (mut parent, mut dir, mut depth) = (None, Dir::Left, 0);
+            while keys.start + keys.len() / 2 != rank {
+                let m = keys.start + keys.len() / 2;
+                assert!(seen[m], "rank {rank} of {len} before its ancestor {m}");
+                (parent, dir, depth) = (Some(m), Dir::toward(rank > m), depth + 1);
+                keys = if rank > m {
+                    m + 1..keys.end
+                } else {
+                    keys.start..m
+                };
+            }
+            let want = (parent, dir, depth);
+            assert_eq!((spot.parent, spot.dir, spot.depth), want, "{len}: {rank}");
+            seen[rank] = true;
+        }
+        assert!(seen.iter().all(|&s| s), "{len}: not every rank");
+    }
 }

@@ -24,7 +24,7 @@ use super::descent::Descent;
 use super::links::{Dir, Linked, link_store_order};
 use super::rbtree::Side;
 use super::shared::{Shared, View};
-use super::txn::{Op, Shape, Txn, rebuild_due};
+use super::txn::{Op, Shape, Txn};
 use super::walk::nodes_in_order;
 use crate::sync::{AtomicUsize, Mutex, Ordering, lock, lock_mut};
 use crate::unwind::{AssertUnwindSafe, catch_unwind, resume_unwind};
@@ -50,7 +50,21 @@ struct Locked<N, W> {
     state: W,
     log: Vec<Op<N>>,
     shape: Shape,
+    /// Roots of whole trees that left both copies ([`Txn::adopt`]), not yet
+    /// released: each commit releases a slice of them ([`DISMANTLE`]).
+    /// Their nodes keep the copy-1 links of the moment they left, as the
+    /// cleared nodes of `Op::Clear` do (nothing links a node outside the
+    /// tree), until released.
+    retiring: Vec<NonNull<N>>,
 }
+
+/// The most nodes of retiring trees one commit releases: a whole tree of
+/// 262 144 nodes at once took milliseconds (its nodes are cold); this many
+/// take some 25 µs (as a slice of `addr_index/layout.rs`). Small in debug
+/// builds, so that the tests spread a release over many writes, but not
+/// below a migration's pace there (`layout.rs`: 3 units a write, 8 more a
+/// change), or trees would pile up waiting.
+const DISMANTLE: usize = if cfg!(debug_assertions) { 16 } else { 512 };
 
 impl<N, W> core::fmt::Debug for RawTree<N, W> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
@@ -70,6 +84,7 @@ impl<N: Linked, W> RawTree<N, W> {
                     state: writer,
                     log: Vec::new(),
                     shape: Shape::REBUILT,
+                    retiring: Vec::new(),
                 }),
                 owner: AtomicUsize::new(0),
             }
@@ -116,8 +131,10 @@ impl<N: Linked, W> RawTree<N, W> {
     /// * `publish(copy, first, last)` runs for each copy once it holds its
     ///   final state and before readers are steered to it.
     /// * `release(writer, node)` receives each node that left the tree for
-    ///   good: the erased, replaced and relocated ones after a commit, or
-    ///   the added ones (relocation copies included) after a rollback. A
+    ///   good: the erased and replaced ones after a commit, or the added
+    ///   ones after a rollback, and a slice of the trees that left whole
+    ///   ([`Txn::adopt`]: the old one after a commit, the adopted one after
+    ///   a rollback) after each commit. A
     ///   node's memory must stay valid for readers that may still stand on
     ///   it (retire it through the epoch, or recycle it in type-stable
     ///   storage).
@@ -145,6 +162,7 @@ impl<N: Linked, W> RawTree<N, W> {
             state: w,
             log,
             shape,
+            retiring,
         } = &mut *locked;
         let shape_before = *shape;
         log.clear();
@@ -174,7 +192,7 @@ impl<N: Linked, W> RawTree<N, W> {
         match outcome {
             Ok(r) => {
                 let len = s.heads[0].len.load(Ordering::Relaxed);
-                if rebuild_due(shape.updates, shape.deepest, len) {
+                if shape.rebuild_due(len) {
                     // SAFETY: writer lock held, seq odd (the log holds a
                     // change): readers are on copy 1; copy 0 holds only live
                     // nodes.
@@ -201,9 +219,8 @@ impl<N: Linked, W> RawTree<N, W> {
                                 s.heads[1].root.store(ptr::null_mut(), link_store_order())
                             }
                             Op::Rebuild => super::build::rebuild(&s.heads[1].root, 1),
-                            Op::Relocate { ref new, .. } => {
-                                super::build::relink(new, &s.heads[1].root, 1)
-                            }
+                            // Release: as every root store.
+                            Op::Adopt { new, .. } => s.heads[1].root.store(new, link_store_order()),
                             Op::Discard(_) => {}
                         }
                     }
@@ -220,11 +237,7 @@ impl<N: Linked, W> RawTree<N, W> {
                             // SAFETY: log pointers come from `NonNull`s.
                             release(w, unsafe { NonNull::new_unchecked(node) });
                         }
-                        Op::Relocate { old, .. } => {
-                            for node in old {
-                                release(w, node);
-                            }
-                        }
+                        Op::Adopt { old, .. } => retiring.extend(NonNull::new(old)),
                         Op::Clear(root) => {
                             // The cleared nodes still hold their copy-1
                             // links of the moment they were cleared (the
@@ -239,6 +252,10 @@ impl<N: Linked, W> RawTree<N, W> {
                         Op::Insert { .. } | Op::Rebuild => {}
                     }
                 }
+                // SAFETY: the retiring trees left both copies in this or an
+                // earlier commit (after its last flip), and hold their copy-1
+                // links of that moment (see `Locked::retiring`).
+                unsafe { dismantle(retiring, DISMANTLE, |n| release(w, n)) };
                 r
             }
             Err(panic) => {
@@ -258,11 +275,9 @@ impl<N: Linked, W> RawTree<N, W> {
                             // SAFETY: log pointers come from `NonNull`s.
                             release(w, unsafe { NonNull::new_unchecked(node) });
                         }
-                        Op::Relocate { new, .. } => {
-                            for node in new {
-                                release(w, node);
-                            }
-                        }
+                        // The adopted tree never reached a reader; it goes
+                        // like an old one (`dismantle`, after a commit).
+                        Op::Adopt { new, .. } => retiring.extend(NonNull::new(new)),
                         Op::Erase(_) | Op::Clear(_) | Op::Rebuild => {}
                     }
                 }
@@ -372,22 +387,36 @@ impl<N: Linked, W> RawTree<N, W> {
     }
 
     /// After [`build`](RawTree::build) on a tree emptied by
-    /// [`drain_nodes`](RawTree::drain_nodes): marks the shape balanced (as
-    /// `build` left it) and gives back the transaction log's buffer (up to
-    /// 1024 entries are kept between writes). `&mut self`: no transaction runs.
+    /// [`drain_live_nodes`](RawTree::drain_live_nodes): marks the shape
+    /// balanced (as `build` left it) and gives back the transaction log's
+    /// buffer (up to 1024 entries are kept between writes). `&mut self`: no
+    /// transaction runs.
     pub(crate) fn reset_after_build(&mut self) {
         let locked = lock_mut(&mut self.writer);
         locked.log = Vec::new();
         locked.shape = Shape::REBUILT;
     }
 
-    /// Every node, in key order, with both copies emptied; for the
-    /// front-end's `Drop` and compaction (`&mut self`).
+    /// Every node in the tree, in key order, with both copies emptied, and
+    /// the trees that left it but are not released yet *forgotten*: for
+    /// compaction, which frees their memory with the whole slab (`&mut
+    /// self`: none of them can be reached or released later).
+    pub(crate) fn drain_live_nodes(&mut self) -> Vec<NonNull<N>> {
+        lock_mut(&mut self.writer).retiring = Vec::new();
+        self.drain_nodes()
+    }
+
+    /// Every node, in key order, then those of trees that left it and are
+    /// not released yet; for the front-end's `Drop`.
     pub(crate) fn drain_nodes(&mut self) -> Vec<NonNull<N>> {
         let s = &self.shared;
         // SAFETY: `&mut self`: no transaction runs, copy 0 holds only live
         // nodes.
-        let nodes = unsafe { nodes_in_order(s.heads[0].root.load(Ordering::Relaxed), 0) };
+        let mut nodes = unsafe { nodes_in_order(s.heads[0].root.load(Ordering::Relaxed), 0) };
+        let retiring = &mut lock_mut(&mut self.writer).retiring;
+        // SAFETY: as in `write`: whole trees out of both copies, each with
+        // its copy-1 links intact.
+        unsafe { dismantle(retiring, usize::MAX, |n| nodes.push(n)) };
         for copy in 0..2 {
             s.heads[copy].root.store(ptr::null_mut(), Ordering::Relaxed);
             s.heads[copy].len.store(0, Ordering::Relaxed);
@@ -424,6 +453,29 @@ impl<N: Linked, W> RawTree<N, W> {
             less,
         )?;
         then()
+    }
+}
+
+/// Hands up to `max` nodes of the trees rooted in `stack` to `release`,
+/// each after its children went on the stack: the stack then holds the
+/// roots of what is left.
+///
+/// # Safety
+/// Every node reachable from `stack` through copy-1 links is live, in no
+/// copy, and reachable once; none is released elsewhere.
+unsafe fn dismantle<N: Linked>(
+    stack: &mut Vec<NonNull<N>>,
+    max: usize,
+    mut release: impl FnMut(NonNull<N>),
+) {
+    for _ in 0..max {
+        let Some(n) = stack.pop() else { return };
+        // SAFETY: `n` is live (caller), not released yet.
+        let links = unsafe { n.as_ref() }.links(1);
+        for dir in [Dir::Left, Dir::Right] {
+            stack.extend(NonNull::new(links.load_child(dir)));
+        }
+        release(n);
     }
 }
 

@@ -10,10 +10,20 @@ use super::descent::balanced_height;
 use super::links::{Dir, Linked, link_store_order};
 use super::rbtree::Side;
 use super::shared::Shared;
-use super::walk::nodes_in_order;
 use crate::sync::Ordering;
 use alloc::vec::Vec;
 use core::ptr::{self, NonNull};
+
+/// One change of copy 0's content ([`Txn::changes`]).
+#[derive(Debug)]
+pub(crate) enum Change<'a, N> {
+    /// This node now holds its key (inserted, or replacing the one before).
+    Put(&'a N),
+    /// This node's key left the tree.
+    Erase(&'a N),
+    /// Every key left the tree.
+    Clear,
+}
 
 /// What [`Txn::find`] found in copy 0.
 #[derive(Debug)]
@@ -53,12 +63,11 @@ pub(super) enum Op<N> {
     Clear(*mut N),
     /// Every node was relinked into the balanced shape (`build.rs`).
     Rebuild,
-    /// Every node left the tree for a copy of it, and the copies were
-    /// linked into the balanced shape ([`Txn::relocate`]): `old` was copy
-    /// 0's nodes before, `new` their copies, both in key order.
-    Relocate {
-        old: Vec<NonNull<N>>,
-        new: Vec<NonNull<N>>,
+    /// The tree under `new`, built off to the side (`shadow.rs`), took the
+    /// place of the whole tree under `old` ([`Txn::adopt`]).
+    Adopt {
+        old: *mut N,
+        new: *mut N,
     },
     /// A node that was never linked, handed back for release whatever the
     /// outcome (a front-end owns it while user code may still panic).
@@ -84,6 +93,9 @@ pub(super) struct Shape {
     /// The deepest an insert landed since the last rebuild (nodes from the
     /// root, itself included).
     pub(super) deepest: usize,
+    /// The front-end rebuilds on its own, over several transactions
+    /// ([`Txn::defer_rebuilds`]): no commit rebuilds meanwhile.
+    pub(super) deferred: bool,
 }
 
 /// The fewest updates between two automatic rebuilds: a small tree rebuilds
@@ -96,7 +108,14 @@ impl Shape {
     pub(super) const REBUILT: Shape = Shape {
         updates: 0,
         deepest: 0,
+        deferred: false,
     };
+
+    /// Whether a commit rebuilds copy 0, of `len` nodes ([`rebuild_due`]),
+    /// unless the front-end deferred it.
+    pub(super) fn rebuild_due(&self, len: usize) -> bool {
+        !self.deferred && rebuild_due(self.updates, self.deepest, len)
+    }
 }
 
 /// Whether a commit relinks the tree of `len` nodes into the balanced
@@ -205,8 +224,8 @@ impl<'t, N: Linked> Txn<'t, N> {
     ///
     /// # Safety
     /// `node` came from this transaction's `find` or `extreme` and was not
-    /// erased, replaced or relocated since ([`Txn::relocate`] takes every
-    /// node out of copy 0).
+    /// erased or replaced since, nor copy 0 replaced whole since
+    /// ([`Txn::adopt`]).
     pub(crate) unsafe fn erase(&mut self, node: NonNull<N>) {
         self.start();
         self.shape.updates += 1;
@@ -265,9 +284,22 @@ impl<'t, N: Linked> Txn<'t, N> {
     }
 
     /// Whether the commit would rebuild copy 0 ([`rebuild_due`]), so that a
-    /// front-end can do it its own way first ([`Txn::relocate`]).
+    /// front-end can do it its own way first ([`Txn::adopt`]).
     pub(crate) fn rebuild_due(&self) -> bool {
         rebuild_due(self.shape.updates, self.shape.deepest, self.len())
+    }
+
+    /// While `on`, no commit rebuilds copy 0 on its own ([`rebuild_due`]):
+    /// for a front-end that builds the balanced shape over several
+    /// transactions ([`Txn::adopt`]). Kept across transactions until turned
+    /// off or a rebuild, clear or adoption resets the shape.
+    pub(crate) fn defer_rebuilds(&mut self, on: bool) {
+        self.shape.deferred = on;
+    }
+
+    /// Whether this transaction changed anything yet (flipped `seq`).
+    pub(crate) fn started(&self) -> bool {
+        *self.started
     }
 
     /// Whether copy 0 is in the balanced shape (no insert or erase since it
@@ -276,44 +308,84 @@ impl<'t, N: Linked> Txn<'t, N> {
         self.shape.updates == 0
     }
 
-    /// Replaces every node of copy 0 with a copy of it, linked into the
-    /// balanced shape: `place(old)` gets the nodes in van Emde Boas order of
-    /// that shape ([`super::build::van_emde_boas`]) and returns their copies
-    /// in the same order, so that a front-end that allocates them at rising
-    /// addresses lays the tree out in that order (`addr_index/layout.rs`).
-    /// The old nodes are released on commit, the copies on rollback. A
-    /// rebuild and a move in one pass over the nodes.
-    ///
-    /// # Safety
-    /// `place` returns exactly one node per node it gets, each live,
-    /// distinct, in no tree, holding the same key, and staying allocated
-    /// until released. Every node pointer taken from copy 0 before the call
-    /// is stale after it (its node left the tree).
-    pub(crate) unsafe fn relocate(&mut self, place: impl FnOnce(&[NonNull<N>]) -> Vec<NonNull<N>>) {
-        self.start();
-        let root = &self.shared.heads[0].root;
-        // SAFETY: writer lock held: copy 0 holds only live nodes and only
-        // this transaction changes it.
-        let old = unsafe { nodes_in_order(root.load(Ordering::Relaxed), 0) };
-        let ranks = super::build::van_emde_boas(old.len());
-        let in_layout: Vec<NonNull<N>> = ranks.iter().map(|&k| old[k]).collect();
-        let copies = place(&in_layout);
-        assert_eq!(copies.len(), old.len(), "one copy per node");
-        // Room in the log first: nothing may fail between linking the copies
-        // and logging them (an unlogged copy would never be released).
-        self.log.reserve(1);
-        // Back to key order; the clone's entries are placeholders, each
-        // overwritten once (the ranks are a permutation).
-        let mut new = copies.clone();
-        for (&k, &c) in ranks.iter().zip(&copies) {
-            new[k] = c;
+    /// Visits up to `max` nodes of copy 0 in key order, from the first
+    /// node for which `after` holds (`after` must hold for a node and all
+    /// those above it, and fail for the others); returns whether the walk
+    /// reached the last node.
+    pub(crate) fn scan(
+        &self,
+        mut after: impl FnMut(&N) -> bool,
+        max: usize,
+        mut visit: impl FnMut(&N),
+    ) -> bool {
+        let side = self.side();
+        let mut first = ptr::null_mut();
+        let mut cur = side.root();
+        // SAFETY: copy 0 holds only live nodes while the writer lock is
+        // held, and this borrow of the transaction changes nothing (the same
+        // for every block below).
+        while let Some(n) = unsafe { cur.as_ref() } {
+            let dir = if after(n) {
+                first = cur;
+                Dir::Left
+            } else {
+                Dir::Right
+            };
+            // SAFETY: as above.
+            cur = unsafe { side.child(cur, dir) };
         }
-        // SAFETY: seq odd (`start`): readers are on copy 1; the copies are
-        // live, distinct, in key order (each holds its original's key) and in
-        // no tree (caller).
-        unsafe { super::build::relink(&new, root, 0) };
-        self.log.push(Op::Relocate { old, new });
-        *self.shape = Shape::REBUILT;
+        let mut cur = first;
+        for _ in 0..max {
+            // SAFETY: as above.
+            let Some(n) = (unsafe { cur.as_ref() }) else {
+                return true;
+            };
+            visit(n);
+            // The successor: the leftmost node of the right subtree, else
+            // the nearest ancestor this one is left of.
+            // SAFETY: as above.
+            let right = unsafe { side.child(cur, Dir::Right) };
+            if right.is_null() {
+                let mut child = cur;
+                // SAFETY: as above.
+                cur = unsafe { side.parent(cur) };
+                // SAFETY: as above.
+                while !cur.is_null() && unsafe { side.child(cur, Dir::Right) } == child {
+                    child = cur;
+                    // SAFETY: as above.
+                    cur = unsafe { side.parent(cur) };
+                }
+            } else {
+                cur = right;
+                loop {
+                    // SAFETY: as above.
+                    let left = unsafe { side.child(cur, Dir::Left) };
+                    if left.is_null() {
+                        break;
+                    }
+                    cur = left;
+                }
+            }
+        }
+        cur.is_null()
+    }
+
+    /// Visits each change this transaction made to copy 0's content so far,
+    /// in order: for a front-end that keeps a copy of it ([`Txn::adopt`]).
+    pub(crate) fn changes(&self, mut visit: impl FnMut(Change<'_, N>)) {
+        for op in self.log.iter() {
+            // SAFETY: log pointers come from `NonNull`s, and no node is
+            // released before the transaction ends.
+            let node = |p: *mut N| unsafe { &*p };
+            match *op {
+                Op::Insert { node: n, .. } | Op::Replace { new: n, .. } => {
+                    visit(Change::Put(node(n)))
+                }
+                Op::Erase(n) => visit(Change::Erase(node(n))),
+                Op::Clear(_) => visit(Change::Clear),
+                Op::Rebuild | Op::Adopt { .. } | Op::Discard(_) => {}
+            }
+        }
     }
 
     /// Hands back `node`, which was never linked, to be released when the

@@ -5,16 +5,19 @@
 //!
 //! Sections: single-threaded lookups at several sizes; the Linux kernel's
 //! `__module_address` workload (84 modules, 90% of addresses inside one);
-//! walks in key order (`iter`, `range`); write costs; readers with and without a concurrent writer; memory per
+//! walks in key order (`iter`, `range`); write costs; the longest single
+//! write while growing to 262 144 (`pauses`); readers with and without a concurrent writer; memory per
 //! entry (counting global allocator); "which loaded object holds this pc"
 //! against glibc's `_dl_find_object` and `dladdr`. Results also go to `DIR/compare.csv`,
 //! `DIR/lookup.svg` and `DIR/readers.svg`.
 //!
 //! ```text
-//! cargo run --release -p latchtree-benches --bin compare -- [--quick] [--wall] [--readers-max N] [--out DIR]
+//! cargo run --release -p latchtree-benches --bin compare -- [--quick] [--wall] [--pauses] [--readers-max N] [--out DIR]
 //! ```
 //!
 //! * `--quick`: tiny sizes and durations (CI smoke mode, a few seconds).
+//! * `--pauses`: only the `pauses` section (with `--quick`: at its small
+//!   size).
 //! * `--wall`: time the single-threaded sections with the wall clock
 //!   instead of the thread's CPU time (the default, which ignores time the
 //!   thread spent descheduled on a busy machine).
@@ -38,6 +41,7 @@ mod lookups;
 mod measure;
 mod memory;
 mod objects;
+mod pauses;
 mod report;
 mod writes;
 
@@ -80,6 +84,7 @@ pub(crate) struct Config {
 
 struct Args {
     quick: bool,
+    pauses: bool,
     wall: bool,
     readers_max: usize,
     out: PathBuf,
@@ -89,7 +94,7 @@ struct Args {
 
 fn usage() -> ! {
     eprintln!(
-        "usage: compare [--quick] [--wall] [--readers-max N] [--out DIR] [--only SECTION,...]"
+        "usage: compare [--quick] [--wall] [--pauses] [--readers-max N] [--out DIR] [--only SECTION,...]"
     );
     std::process::exit(2)
 }
@@ -97,6 +102,7 @@ fn usage() -> ! {
 fn parse_args() -> Args {
     let mut args = Args {
         quick: false,
+        pauses: false,
         wall: false,
         readers_max: 2,
         out: PathBuf::from("target/compare"),
@@ -106,6 +112,7 @@ fn parse_args() -> Args {
     while let Some(a) = it.next() {
         match a.as_str() {
             "--quick" => args.quick = true,
+            "--pauses" => args.pauses = true,
             "--wall" => args.wall = true,
             "--readers-max" => {
                 args.readers_max = it
@@ -479,17 +486,20 @@ fn main() -> Result<(), Box<dyn Error>> {
 
     let mut rows = Vec::new();
     let mut spent = Vec::new();
-    let sections: [(&str, Section); 6] = [
+    let sections: [(&str, Section); 7] = [
         ("lookups", lookups::run),
         ("iterate", iterate::run),
         ("writes", writes::run),
+        ("pauses", pauses::run),
         ("readers", concurrent::run),
         ("memory", memory::run),
         // Last: it loads a few dozen libraries into this process.
         ("objects", objects::run),
     ];
     for (name, section) in sections {
-        if !args.only.is_empty() && !args.only.iter().any(|o| o == name) {
+        if (!args.only.is_empty() && !args.only.iter().any(|o| o == name))
+            || (args.pauses && name != "pauses")
+        {
             continue;
         }
         let t = Instant::now();
