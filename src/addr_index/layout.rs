@@ -748,7 +748,21 @@ mod tests {
     /// builds check that at each adoption).
     #[test]
     fn writes_during_a_migration_reach_the_adopted_tree() {
-        let rounds = if cfg!(miri) { 150 } else { 3000 };
+        // Keys for trees past `LAYOUT_MIN` (4096 in release builds, where
+        // the rounds grow with them), checked less often when large.
+        let space = (LAYOUT_MIN as u64 * 2).max(if cfg!(miri) { 96 } else { 600 });
+        let rounds = if cfg!(miri) {
+            150
+        } else {
+            (space * 5).max(3000)
+        };
+        let every = if cfg!(miri) {
+            25
+        } else if space > 1000 {
+            97
+        } else {
+            7
+        };
         let index = AddrIndex::new();
         let mut model: BTreeMap<u64, (ModuleId, u64)> = BTreeMap::new();
         let mut x = 0x2545_f491_4f6c_dd1d_u64;
@@ -759,7 +773,6 @@ mod tests {
             x % m
         };
         let (mut panicked_mid, mut wrote_mid) = (0, 0);
-        let space = if cfg!(miri) { 96 } else { 600 };
         for round in 0..rounds {
             // Half the keys rising (a loader's order: the inserts that make
             // rebuilds due soonest), half anywhere.
@@ -822,7 +835,7 @@ mod tests {
                 }
             }
             wrote_mid += usize::from(running);
-            if round % if cfg!(miri) { 25 } else { 7 } == 0 {
+            if round % every == 0 {
                 index.check_invariants().unwrap();
                 let got: Vec<(u64, u64)> = index
                     .snapshot(&index.pin())
@@ -834,6 +847,7 @@ mod tests {
             }
         }
         let (adopted, _, _) = migrations(&index);
+        eprintln!("{adopted} migrations adopted over {rounds} rounds of {space} keys");
         assert!(adopted > 2, "only {adopted} migrations adopted");
         assert!(
             wrote_mid > 0 && (panicked_mid > 0 || !cfg!(feature = "std")),
