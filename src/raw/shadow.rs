@@ -128,26 +128,9 @@ impl<N: Linked> Shadow<N> {
 
     /// Searches the shadow like [`Txn::find`](super::Txn::find) searches
     /// copy 0.
-    pub(crate) fn find(&self, mut step: impl FnMut(&N) -> Option<Dir>) -> Slot<N> {
-        let side = self.side(0);
-        let mut parent = ptr::null_mut();
-        let mut dir = Dir::Left;
-        let mut depth = 1;
-        let mut cur = side.root();
-        while let Some(n) = NonNull::new(cur) {
-            // SAFETY: the shadow holds only live nodes (`place`, `insert`).
-            match step(unsafe { n.as_ref() }) {
-                None => return Slot::Occupied(n),
-                Some(d) => {
-                    parent = cur;
-                    dir = d;
-                    depth += 1;
-                    // SAFETY: as above.
-                    cur = unsafe { side.child(cur, d) };
-                }
-            }
-        }
-        Slot::Vacant { parent, dir, depth }
+    pub(crate) fn find(&self, step: impl FnMut(&N) -> Option<Dir>) -> Slot<N> {
+        // SAFETY: the shadow holds only live nodes (`place`, `insert`).
+        unsafe { super::txn::search(self.side(0), step) }
     }
 
     /// Links `node` at a vacant slot of the shadow, in both link sets.

@@ -135,6 +135,35 @@ pub(super) fn rebuild_due(since: usize, deepest: usize, len: usize) -> bool {
     since >= (len / 8).max(REBUILD_MIN) && deepest >= balanced_height(len) + 2
 }
 
+/// Searches the tree of `side` from its root: `step` says where to go from
+/// each node, or `None` to stop on it (for [`Txn::find`] and the shadow's).
+///
+/// # Safety
+/// Every node reachable from `side`'s root is live while this runs.
+pub(super) unsafe fn search<N: Linked>(
+    side: Side<'_, N>,
+    mut step: impl FnMut(&N) -> Option<Dir>,
+) -> Slot<N> {
+    let mut parent = ptr::null_mut();
+    let mut dir = Dir::Left;
+    let mut depth = 1;
+    let mut cur = side.root();
+    while let Some(n) = NonNull::new(cur) {
+        // SAFETY: reachable from the root, so live (caller).
+        match step(unsafe { n.as_ref() }) {
+            None => return Slot::Occupied(n),
+            Some(d) => {
+                parent = cur;
+                dir = d;
+                depth += 1;
+                // SAFETY: as above.
+                cur = unsafe { side.child(cur, d) };
+            }
+        }
+    }
+    Slot::Vacant { parent, dir, depth }
+}
+
 impl<'t, N: Linked> Txn<'t, N> {
     fn side(&self) -> Side<'t, N> {
         Side::new(&self.shared.heads[0].root, 0)
@@ -156,27 +185,10 @@ impl<'t, N: Linked> Txn<'t, N> {
 
     /// Searches copy 0 (the version being built): `step` says where to go
     /// from each node, or `None` to stop on it.
-    pub(crate) fn find(&self, mut step: impl FnMut(&N) -> Option<Dir>) -> Slot<N> {
-        let side = self.side();
-        let mut parent = ptr::null_mut();
-        let mut dir = Dir::Left;
-        let mut depth = 1;
-        let mut cur = side.root();
-        while let Some(n) = NonNull::new(cur) {
-            // SAFETY: copy 0 holds only live nodes while the writer lock is
-            // held; nothing is released before the transaction ends.
-            match step(unsafe { n.as_ref() }) {
-                None => return Slot::Occupied(n),
-                Some(d) => {
-                    parent = cur;
-                    dir = d;
-                    depth += 1;
-                    // SAFETY: as above.
-                    cur = unsafe { side.child(cur, d) };
-                }
-            }
-        }
-        Slot::Vacant { parent, dir, depth }
+    pub(crate) fn find(&self, step: impl FnMut(&N) -> Option<Dir>) -> Slot<N> {
+        // SAFETY: copy 0 holds only live nodes while the writer lock is
+        // held; nothing is released before the transaction ends.
+        unsafe { search(self.side(), step) }
     }
 
     /// The number of nodes in the version being built.
