@@ -79,7 +79,7 @@ fn insert_and_remove_recycle_records_and_values() {
     // 16, a debug build's rebuilds, which relocate and allocate their node
     // lists, come every few writes (`layout.rs`: `LAYOUT_MIN`).
     let (n, warm, pairs) = if cfg!(miri) {
-        (84, 200, 400)
+        (84, 150, 200)
     } else {
         (84, 1_000, 10_000)
     };

@@ -291,7 +291,9 @@ mod tests {
         for k in n..n + 64 {
             index.insert(k * 16..k * 16 + 8, k).unwrap();
             kept.push(k);
-            index.check_invariants().unwrap();
+            if !cfg!(miri) || k % 16 == 0 {
+                index.check_invariants().unwrap();
+            }
         }
         answers(&index, &kept);
     }
