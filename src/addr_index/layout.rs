@@ -453,11 +453,10 @@ impl<T> Migration<T> {
                     // list), in no copy; this transaction flipped `seq`
                     // (caller).
                     unsafe { slab.fill(node, self.staged.get(spot.rank)) };
-                    // SAFETY: the node holds the range of rank `spot.rank`
-                    // among those collected (in key order); the spots come
-                    // from a `VebOrder` over as many, in its order; no
-                    // insert or erase yet; slab nodes live as long as the
-                    // index.
+                    // The node holds the range of rank `spot.rank` among those collected (in
+                    // key order); the spots come from a `VebOrder` over as many, in its order;
+                    // SAFETY: so with no insert or erase yet, and slab nodes as long-lived as
+                    // the index, `place`'s contract holds.
                     unsafe { self.shadow.place(spot, node) };
                     budget -= 1;
                 }
