@@ -8,33 +8,9 @@
 //! One `#[test]` on purpose: the allocator's count is process-wide.
 
 use latchtree::AddrIndex;
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicIsize, Ordering::Relaxed};
-
-struct Counting;
-
-static LIVE: AtomicIsize = AtomicIsize::new(0);
-
-// SAFETY: forwards to the system allocator with the caller's arguments, counting bytes.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        LIVE.fetch_add(layout.size() as isize, Relaxed);
-        // SAFETY: the caller's contract.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        LIVE.fetch_sub(layout.size() as isize, Relaxed);
-        // SAFETY: the caller's contract.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
-
-#[global_allocator]
-static ALLOC: Counting = Counting;
-
-fn live() -> isize {
-    LIVE.load(Relaxed)
-}
+#[path = "common/live_bytes.rs"]
+mod live_bytes;
+use live_bytes::live;
 
 /// Random-order keys (SplitMix64), as the `compare` memory rows use.
 fn keys(n: usize) -> Vec<u64> {
