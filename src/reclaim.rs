@@ -41,7 +41,7 @@
 //! *any* pin that collects (a thread's outermost pin, every 128th; any
 //! `flush`); this crate defers nothing through the epoch but announcements
 //! (both front-ends keep their garbage in a [`Limbo`]: `LatchTree` nodes,
-//! `AddrIndex` records and module-table arrays), and a nested write's
+//! `AddrIndex` records and module-table segments), and a nested write's
 //! collecting (its limbo job) also runs when the outermost scope ends
 //! ([`after_outermost_write`]).
 //!

@@ -17,7 +17,7 @@
 //! fresh slab grown as a fresh index of them would be, links them into the
 //! balanced shape in both copies (in van Emde Boas order, as a rebuild
 //! would lay them out), frees the old chunks, and frees what waits in the
-//! limbo (removed records, replaced table arrays) and the spare capacity of
+//! limbo (removed records, replaced table segments) and the spare capacity of
 //! the side tables.
 
 use super::garbage::Garbage;
@@ -53,7 +53,7 @@ impl<T> AddrIndex<T> {
     /// assert_eq!(index.lookup(9 * 16).map(|h| h.id()), Some(ids[9]));
     /// ```
     pub fn shrink_to_fit(&mut self) {
-        // Removed records and replaced arrays still waiting: their grace
+        // Removed records and replaced segments still waiting: their grace
         // period is over, no reader is left (`&mut self`). Freed below,
         // with no lock held (a value's `Drop` is user code).
         let w = self.tree.state_mut();
@@ -65,7 +65,7 @@ impl<T> AddrIndex<T> {
         w.spare.free_all();
         let live = self.tree.len();
         let w = self.tree.state_mut();
-        if w.slab.free_nodes() > 0 && w.slab.nodes() > Slab::<Record<T>>::fresh_nodes(live) {
+        if w.slab.free_len() > 0 && w.slab.nodes() > Slab::<Record<T>>::fresh_nodes(live) {
             // A migration running (`layout.rs`) holds nodes of the old slab:
             // dropped with it, and so are the trees an adoption left to
             // release (`drain_live_nodes`).

@@ -1,4 +1,4 @@
-//! What the index's limbo holds: the records and table arrays that left
+//! What the index's limbo holds: the records and table segments that left
 //! every copy readers can reach, and how each is dropped once its grace
 //! period passed.
 //!
@@ -334,7 +334,7 @@ impl<T: 'static> Garbage<T> {
                 // SAFETY: a hollow record and `Arc`, handed on once.
                 unsafe { pool.give(r, value) };
             }
-            // SAFETY: a `Box<Array<T>>` from `replace_array` (caller: unreachable, once).
+            // SAFETY: a `Box<Array<T>>` from `Table::add_segment` (caller: unreachable, once).
             Garbage::Array(a) => drop(unsafe { Box::from_raw(a.as_ptr()) }),
         }
     }

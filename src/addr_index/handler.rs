@@ -155,7 +155,7 @@ impl<T> HandlerSection<'_, T> {
     /// ```
     pub fn get(&self, id: ModuleId) -> Option<&T> {
         let index = self.index;
-        // The table arrays a reader can load are retired through the index's limbo like records, so
+        // The table segments a reader can load are retired through the index's limbo like records, so
         // they outlive this section; the tree's own words are type-stable.
         // SAFETY: so `read`'s contract holds.
         let record = unsafe {

@@ -32,7 +32,7 @@ pub(super) struct Writer<T> {
     pub(super) created: Vec<NonNull<Record<T>>>,
     /// Records the running transaction took out (retired if it commits).
     pub(super) retired: Vec<NonNull<Record<T>>>,
-    /// Records and table arrays that left every copy, waiting for their
+    /// Records and table segments that left every copy, waiting for their
     /// grace period.
     pub(super) limbo: Limbo<Garbage<T>>,
     /// The handler sections' grace period (`crate::section`).
@@ -393,7 +393,7 @@ impl<T> Drop for AddrIndex<T> {
     /// first panic a value's `Drop` raised, if any (unless the thread is
     /// already unwinding: a second panic would abort).
     fn drop(&mut self) {
-        // Removed records and replaced arrays still waiting for their grace
+        // Removed records and replaced segments still waiting for their grace
         // period (no reader is left: `&mut self`). A write that changes
         // nothing, for the writer state.
         let mut waiting = Vec::new();

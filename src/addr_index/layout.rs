@@ -103,9 +103,11 @@ pub(super) const LAYOUT_MIN: usize = if cfg!(latchtree_loom) {
 };
 
 /// The units of migration work at the end of one write: a range collected,
-/// a node built, a change caught up, four free nodes marked or given back
-/// each count one; a snapshot block freed counts half a slice, a fresh
-/// chunk a whole one ([`CHUNK_COST`]). About 50 ns a unit (cold nodes), so
+/// a node built, four recycled free nodes marked or given back (or one
+/// never written) each count one; a change caught up counts
+/// [`CATCH_UP_COST`], a node that starts a page of the rank map
+/// [`MAP_PAGE_COST`], a snapshot block freed half a slice, a fresh chunk a
+/// whole one ([`CHUNK_COST`]). About 50 ns a unit (cold nodes), so
 /// a slice takes some 25 µs. Measured at n = 262 144 (`compare --pauses`,
 /// two runs each): 2048 units gave p99 32–67 µs, 512 gave 25–30 µs (7 % of
 /// the writes carry a slice then, against 2 %), the largest writes being
@@ -114,15 +116,32 @@ pub(super) const LAYOUT_MIN: usize = if cfg!(latchtree_loom) {
 const SLICE: usize = if cfg!(debug_assertions) { 3 } else { 512 };
 
 /// The units of migration work a write may add to its slice for each
-/// change it made ([`Layout::settle`]).
-const WORK_PER_CHANGE: usize = 8;
+/// change it made ([`Layout::settle`]): more than catching the change up
+/// costs ([`CATCH_UP_COST`]), so that a migration keeps up with writes of
+/// any size, and about what the change itself cost the write (a search of
+/// the tree), so that a batch's time stays in proportion.
+const WORK_PER_CHANGE: usize = if cfg!(debug_assertions) { 8 } else { 32 };
 
-/// What growing the slab by a chunk (up to 2 MiB of nodes to initialise,
-/// 0.3 ms, or 5 ms where the kernel compacts memory for its huge page)
-/// counts against a slice: more than a single insert's whole budget
-/// (`SLICE` plus a change's), so that such a write grows one chunk at
-/// most.
+/// What growing the slab by a chunk counts against a slice: more than a
+/// single insert's whole budget (`SLICE` plus a change's), so that such a
+/// write grows one chunk at most. The chunk's nodes are written as they are
+/// handed out (`Slab::touch`), but its allocation may still map fresh
+/// memory.
 const CHUNK_COST: usize = 2 * SLICE;
+
+/// What catching up one change costs: a search of the shadow from its root,
+/// a cold node a level (some 1.5 µs at 262 144 on the 2-core VM, where a
+/// unit each let one slice take 0.9 ms). One unit in debug builds, like
+/// their tiny [`SLICE`].
+const CATCH_UP_COST: usize = if cfg!(debug_assertions) { 1 } else { 24 };
+
+/// What placing a node costs when it is the first in its page of the
+/// shadow's rank map (`Shadow::place`): a fresh 4 KiB page, some 2–7 µs to
+/// allocate and fault in on the 2-core VM. The van Emde Boas order's first
+/// nodes spread over every rank, so without it the first build slice took
+/// a page for nearly every node (1 ms at 262 144). One unit in debug
+/// builds.
+const MAP_PAGE_COST: usize = if cfg!(debug_assertions) { 1 } else { 64 };
 
 /// The writer's layout state: the migration running, if any.
 pub(super) struct Layout<T> {
@@ -263,20 +282,25 @@ impl<T> Reserve<T> {
         (self.spans, self.bits) = (spans, bits);
     }
 
-    /// Pops up to `max` more free nodes off `slab` (growing it by a chunk
-    /// if none is left) and marks them, until `need` are; returns how many,
-    /// or `None` once `need` are marked.
-    fn mark(&mut self, slab: &mut Slab<Record<T>>, need: usize, max: usize) -> Option<usize> {
-        let k = max.min(need - self.marked);
-        if k == 0 {
+    /// Pops more free nodes off `slab` (growing it by a chunk if none is
+    /// left) and marks them, until `need` are or `budget` units are spent:
+    /// a recycled node costs a quarter, a never-written one a whole unit
+    /// (writing it may fault its page in: some 7 µs a 4 KiB page on the
+    /// 2-core VM, 32 nodes). Returns the units spent, or `None` once `need`
+    /// are marked.
+    fn mark(&mut self, slab: &mut Slab<Record<T>>, need: usize, budget: usize) -> Option<usize> {
+        if self.marked >= need {
             return None;
         }
-        if self.spans.is_empty() {
+        // Writes between two slices may have grown the slab (an insert
+        // that found no free node).
+        if self.spans.len() != slab.chunk_count() {
             self.resync(slab);
         }
         let size = size_of::<Node<T>>();
-        let mut c = 0;
-        for _ in 0..k {
+        let (mut c, mut quarters) = (0, 0_usize);
+        while self.marked < need && quarters < budget.saturating_mul(4) {
+            quarters += if slab.recycled_len() > 0 { 1 } else { 4 };
             let n = match slab.pop_free() {
                 Some(n) => n,
                 None => {
@@ -298,9 +322,9 @@ impl<T> Reserve<T> {
             let i = (a - self.spans[c].0.as_ptr().addr()) / size;
             debug_assert!(i < self.spans[c].1, "a node outside every chunk");
             self.bits[c][i / 64] |= 1 << (i % 64);
+            self.marked += 1;
         }
-        self.marked += k;
-        Some(k)
+        Some(quarters.div_ceil(4))
     }
 
     /// The lowest marked node not handed out yet, or `None`.
@@ -419,16 +443,12 @@ impl<T> Migration<T> {
                 }
                 Phase::Reserve => {
                     if self.reserve.marked == 0 && slab.free_len() < self.staged.len() {
-                        // Grown first, a chunk a slice (a chunk's nodes may
-                        // take milliseconds to fault in), so that marking
+                        // Grown first, a chunk a slice, so that marking
                         // seldom grows.
                         slab.grow_free();
                         budget = budget.saturating_sub(CHUNK_COST);
-                    } else if let Some(k) =
-                        self.reserve
-                            .mark(slab, self.staged.len(), budget.saturating_mul(4))
-                    {
-                        budget -= k.div_ceil(4);
+                    } else if let Some(spent) = self.reserve.mark(slab, self.staged.len(), budget) {
+                        budget = budget.saturating_sub(spent);
                     } else {
                         self.shadow = Shadow::new(self.staged.len());
                         self.order = VebOrder::new(self.staged.len());
@@ -457,8 +477,8 @@ impl<T> Migration<T> {
                     // key order); the spots come from a `VebOrder` over as many, in its order;
                     // SAFETY: so with no insert or erase yet, and slab nodes as long-lived as
                     // the index, `place`'s contract holds.
-                    unsafe { self.shadow.place(spot, node) };
-                    budget -= 1;
+                    let fresh = unsafe { self.shadow.place(spot, node) };
+                    budget = budget.saturating_sub(if fresh { MAP_PAGE_COST } else { 1 });
                 }
                 Phase::Return if !self.staged.is_empty() => {
                     self.staged.pop_block();
@@ -471,7 +491,7 @@ impl<T> Migration<T> {
                         return true;
                     };
                     self.apply(edit, slab);
-                    budget -= 1;
+                    budget = budget.saturating_sub(CATCH_UP_COST);
                 }
             }
         }

@@ -6,7 +6,7 @@
 //! * `types.rs`, `error.rs`: the public plain types;
 //! * `record.rs`: module records;
 //! * `table.rs`: the per-copy module table (id → record);
-//! * `garbage.rs`: what the index's limbo holds (records, table arrays);
+//! * `garbage.rs`: what the index's limbo holds (records, table segments);
 //! * `module.rs`: what a caller gets of a record ([`ModuleRef`],
 //!   [`Removed`]);
 //! * `slab.rs`: the type-stable range nodes (range, id, base, tag, flags);

@@ -153,6 +153,13 @@ impl<M> Fields<M> {
 pub(crate) struct Slab<M> {
     chunks: Vec<Chunk>,
     free: Vec<NonNull<RangeNode<M>>>,
+    /// Runs of nodes never handed out, not written yet (each the tail of a
+    /// chunk: its next node and how many), and their total. A chunk's nodes
+    /// are written one at a time as they are first handed out, so growing
+    /// by a chunk costs an allocation (its pages fault in a node at a time),
+    /// not 2 MiB of stores inside one write.
+    untouched: Vec<(NonNull<RangeNode<M>>, usize)>,
+    untouched_len: usize,
     /// Nodes in all chunks.
     nodes: usize,
     /// 2 MiB chunks allocated so far (see [`chunk_colour`]).
@@ -193,6 +200,8 @@ impl<M> Slab<M> {
         Slab {
             chunks: Vec::new(),
             free: Vec::new(),
+            untouched: Vec::new(),
+            untouched_len: 0,
             nodes: 0,
             huge_chunks: 0,
         }
@@ -205,10 +214,10 @@ impl<M> Slab<M> {
     /// still standing on a recycled node, which must then fail validation
     /// (see the module docs).
     pub(crate) fn alloc(&mut self, f: Fields<M>) -> NonNull<RangeNode<M>> {
-        if self.free.is_empty() {
+        if self.free_len() == 0 {
             self.grow();
         }
-        let n = self.free.pop().expect("grow added nodes");
+        let n = self.pop_free().expect("grow added nodes");
         // SAFETY: a free node of this slab.
         unsafe { self.fill(n, f) };
         n
@@ -239,12 +248,41 @@ impl<M> Slab<M> {
     /// A free node, if any, not written (the caller writes it with
     /// [`fill`](Slab::fill) where [`alloc`](Slab::alloc) may be called).
     pub(crate) fn pop_free(&mut self) -> Option<NonNull<RangeNode<M>>> {
-        self.free.pop()
+        self.free.pop().or_else(|| self.touch())
     }
 
-    /// The nodes on the free list.
-    pub(crate) fn free_len(&self) -> usize {
+    /// An untouched node, written empty, if any.
+    fn touch(&mut self) -> Option<NonNull<RangeNode<M>>> {
+        let (n, left) = self.untouched.last_mut()?;
+        let node = *n;
+        // A run is the tail of a chunk (`grow`): `n` and the `left - 1`
+        // nodes after it are inside it, aligned, never written (nothing
+        // there to drop) and never handed out, so no reader can stand on
+        // them.
+        // SAFETY: so writing `n` and stepping one node on stay in the chunk.
+        unsafe {
+            node.write(RangeNode::new());
+            *n = node.add(1);
+        }
+        *left -= 1;
+        if *left == 0 {
+            self.untouched.pop();
+        }
+        self.untouched_len -= 1;
+        Some(node)
+    }
+
+    /// The free nodes written before (recycled), which [`pop_free`]
+    /// hands out first.
+    ///
+    /// [`pop_free`]: Slab::pop_free
+    pub(crate) fn recycled_len(&self) -> usize {
         self.free.len()
+    }
+
+    /// The nodes free to hand out: on the free list or untouched.
+    pub(crate) fn free_len(&self) -> usize {
+        self.free.len() + self.untouched_len
     }
 
     /// Grows the slab by a chunk, its nodes free.
@@ -256,11 +294,18 @@ impl<M> Slab<M> {
     /// [`pop_free`](Slab::pop_free)).
     pub(crate) fn alloc_chunk(&mut self) -> NonNull<RangeNode<M>> {
         self.grow();
-        self.free.pop().expect("grow added nodes")
+        self.pop_free().expect("grow added nodes")
+    }
+
+    /// The chunks allocated.
+    pub(crate) fn chunk_count(&self) -> usize {
+        self.chunks.len()
     }
 
     /// Each chunk's first node and node count, lowest address first: every
-    /// node of the slab is `first.add(i)` for one chunk and one `i < len`.
+    /// node the slab hands out is `first.add(i)` for one chunk and one
+    /// `i < len` (a span includes nodes not written yet: use only those
+    /// handed out).
     pub(crate) fn chunk_spans(&self) -> Vec<(NonNull<RangeNode<M>>, usize)> {
         let mut spans: Vec<_> = (self.chunks.iter())
             // SAFETY: `first` bytes in, inside the allocation (`grow`).
@@ -273,11 +318,6 @@ impl<M> Slab<M> {
     /// The nodes in all chunks, free or not.
     pub(crate) fn nodes(&self) -> usize {
         self.nodes
-    }
-
-    /// The free nodes (for compaction's decision and the tests).
-    pub(crate) fn free_nodes(&self) -> usize {
-        self.free.len()
     }
 
     /// The nodes a fresh slab holds once it grew to hold `need` (the same
@@ -339,15 +379,9 @@ impl<M> Slab<M> {
         // the chunk by the choice of `len`.
         // SAFETY: so `first` and the `len` nodes after it are aligned and inside the allocation.
         let first = unsafe { base.add(colour) }.cast::<RangeNode<M>>();
-        for i in 0..len {
-            // SAFETY: `i < len`: inside the allocation (above); nothing was
-            // there to drop.
-            unsafe { first.add(i).write(RangeNode::new()) };
-        }
-        for i in (0..len).rev() {
-            // SAFETY: `i < len`, inside the chunk.
-            self.free.push(unsafe { first.add(i) });
-        }
+        // Written one at a time as they are handed out (`touch`).
+        self.untouched.push((first, len));
+        self.untouched_len += len;
         self.nodes += len;
         self.chunks.push(Chunk {
             base,
@@ -458,6 +492,6 @@ mod tests {
             })
             .collect();
         assert_eq!(offsets[..2], [chunk_colour(0), chunk_colour(1)]);
-        assert_eq!(slab.nodes, slab.free.len() + nodes.len());
+        assert_eq!(slab.nodes, slab.free_len() + nodes.len());
     }
 }

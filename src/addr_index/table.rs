@@ -7,29 +7,35 @@
 //! while readers are on copy 1 (during the transaction body) and brings
 //! table 1 level when copy 1 is published, copying the slots it changed.
 //!
-//! A table is an array of `(id, record)` slots sorted by id (ids only grow,
-//! so inserting appends). Removing a module leaves a tombstone (a null
-//! record); when tombstones outnumber live slots the array is compacted, so
-//! a table never holds more than twice its live modules (plus a minimum).
-//! Every slot word and the length are atomics. An array is never resized
-//! in place: growing (and shrinking, when a compaction leaves it mostly
-//! empty) publishes a new array, and the replaced one, which pinned readers
-//! may still be reading, is queued on the table's *replaced* list (under the
-//! lock) and moved into the index's limbo by the next write
-//! ([`Table::take_replaced`]), which frees it once its grace period passed,
-//! like a record. No `Box` or `&mut` is ever made again for
-//! a published array: readers hold `&Array` to it. Only pinned readers,
+//! A table is a sequence of `(id, record)` slots sorted by id (ids only
+//! grow, so inserting appends). Removing a module leaves a tombstone (a null
+//! record); when tombstones outnumber live slots the slots are compacted in
+//! place, so a table never holds more than twice its live modules (plus a
+//! minimum). Every slot word and the length are atomics.
+//!
+//! The slots live in **segments** ([`Array`]s) of doubling size: segment 0
+//! holds slots `0..8`, segment `s > 0` slots `4 << s .. 8 << s`. Growing
+//! appends a segment and never moves a slot, so no write copies the table
+//! (a doubling array copied 2 MiB a table at 2^17 modules, inside one
+//! insert); a fresh segment is zeroed memory, which the allocator hands out
+//! without writing it. Shrinking (when a compaction leaves the slots mostly
+//! empty) unpublishes the top segments, which pinned readers may still be
+//! reading: they are queued on the table's *replaced* list (under the lock)
+//! and moved into the index's limbo by the next write
+//! ([`Table::take_replaced`]), which frees them once their grace period
+//! passed, like a record. No `Box` or `&mut` is ever made again for a
+//! published segment: readers hold `&Array` to it. Only pinned readers,
 //! handler sections (`HandlerSection::get`: the sections' grace period
-//! covers arrays like records) and the writer read arrays; the signal-safe
-//! `lookup` and `module_count` read none. Readers bound every probe by the array's own length, which is
-//! immutable, so a torn `(array, len)` pair cannot take them out of bounds.
-//! Both tables have the same capacity after every transaction, at most four
-//! times what the used slots need.
+//! covers segments like records) and the writer read segments; the
+//! signal-safe `lookup` and `module_count` read none. Readers bound every
+//! probe by the segment's own length, which is immutable, and treat a
+//! missing segment as the end, so a torn `(segment, len)` pair cannot take
+//! them out of bounds. Both tables have the same segments after every
+//! transaction, at most four times the slots the used ones need.
 
 use super::record::Record;
 use crate::sync::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use alloc::boxed::Box;
-use alloc::vec;
 use alloc::vec::Vec;
 use core::ptr::{self, NonNull};
 
@@ -39,23 +45,87 @@ struct Slot<T> {
     record: AtomicPtr<Record<T>>,
 }
 
-/// A table's array. `slots` is never resized; `replaced_next` links the
-/// table's list of replaced arrays (writer-only).
+/// One segment of a table. `slots` is never resized; `replaced_next` links
+/// the table's list of replaced segments (writer-only).
 pub(crate) struct Array<T> {
     slots: Box<[Slot<T>]>,
     replaced_next: AtomicPtr<Array<T>>,
 }
 
+/// Slots in segment 0; segment `s > 0` holds `FIRST << (s - 1)`.
+const FIRST: usize = 8;
+
+/// Segments a table may have: room for 2^42 slots on 64-bit targets (64
+/// TiB of them), for every index a `usize` holds below.
+const SEGMENTS: usize = if usize::BITS >= 64 {
+    40
+} else {
+    usize::BITS as usize - 2
+};
+
+/// The first slot of segment `s`, which is also the slots segments `0..s`
+/// hold.
+const fn start(s: usize) -> usize {
+    if s == 0 { 0 } else { FIRST << (s - 1) }
+}
+
+/// The segment holding slot `i`, and `i`'s place in it.
+#[inline]
+const fn split(i: usize) -> (usize, usize) {
+    let s = (usize::BITS - (i / FIRST).leading_zeros()) as usize;
+    (s, i - start(s))
+}
+
 /// One copy's module table; see the module docs.
 pub(crate) struct Table<T> {
-    array: AtomicPtr<Array<T>>,
-    /// Slots in use (live and tombstones), a prefix of the array.
+    segments: [AtomicPtr<Array<T>>; SEGMENTS],
+    /// Segments published, a prefix of `segments` (writer-only).
+    count: AtomicUsize,
+    /// Slots in use (live and tombstones), a prefix of the slots.
     len: AtomicUsize,
     /// Live slots: the module count.
     live: AtomicUsize,
-    /// Arrays this table stopped publishing, not yet retired: a push-only
+    /// Segments this table stopped publishing, not yet retired: a push-only
     /// list (pushed under the writer lock, taken whole after it).
     replaced: AtomicPtr<Array<T>>,
+}
+
+#[cfg(not(latchtree_loom))]
+const fn no_segments<T>() -> [AtomicPtr<Array<T>>; SEGMENTS] {
+    [const { AtomicPtr::new(ptr::null_mut()) }; SEGMENTS]
+}
+
+#[cfg(latchtree_loom)]
+fn no_segments<T>() -> [AtomicPtr<Array<T>>; SEGMENTS] {
+    core::array::from_fn(|_| AtomicPtr::new(ptr::null_mut()))
+}
+
+/// `n` empty slots (id 0, a tombstone), `n > 0`: zeroed memory, which the
+/// allocator hands out without writing it where it maps fresh pages.
+#[cfg(not(latchtree_loom))]
+fn empty_slots<T>(n: usize) -> Box<[Slot<T>]> {
+    let layout = alloc::alloc::Layout::array::<Slot<T>>(n).expect("a table segment's size");
+    // SAFETY: `n > 0` and a slot is not zero-sized: the layout is not empty.
+    let p = unsafe { alloc::alloc::alloc_zeroed(layout) }.cast::<Slot<T>>();
+    if p.is_null() {
+        alloc::alloc::handle_alloc_error(layout);
+    }
+    // `p` is a fresh allocation of the global allocator with the layout of `[Slot<T>; n]`,
+    // as `Box` frees it; a slot is two atomics, for which all-zero bytes are a valid value (0
+    // and null), so every slot is initialized.
+    // SAFETY: so the box owns `n` initialized slots.
+    unsafe { Box::from_raw(ptr::slice_from_raw_parts_mut(p, n)) }
+}
+
+/// `n` empty slots (id 0, a tombstone). (Loom's atomics are not plain words.)
+#[cfg(latchtree_loom)]
+fn empty_slots<T>(n: usize) -> Box<[Slot<T>]> {
+    (0..n)
+        .map(|_| Slot {
+            id: AtomicU64::new(0),
+            record: AtomicPtr::new(ptr::null_mut()),
+        })
+        .collect()
 }
 
 /// Slot indices a transaction wrote in table 0, to be copied to table 1 on
@@ -84,9 +154,14 @@ impl Dirty {
 /// Compact once `len` exceeds this and tombstones outnumber live slots.
 pub(crate) const COMPACT_MIN: usize = 16;
 
-/// The capacity an array gets for `need` slots.
+/// The capacity a table gets for `need` slots.
 pub(crate) fn capacity(need: usize) -> usize {
-    need.max(8).next_power_of_two()
+    need.max(FIRST).next_power_of_two()
+}
+
+/// The segments that hold `cap` slots (`cap` a [`capacity`]).
+fn segments_for(cap: usize) -> usize {
+    split(cap - 1).0 + 1
 }
 
 /// The `(id, record)` of a slot.
@@ -102,7 +177,8 @@ impl<T> Table<T> {
     crate::sync::const_fn_unless_loom! {
         pub(crate) fn new() -> Self {
             Table {
-                array: AtomicPtr::new(ptr::null_mut()),
+                segments: no_segments(),
+                count: AtomicUsize::new(0),
                 len: AtomicUsize::new(0),
                 live: AtomicUsize::new(0),
                 replaced: AtomicPtr::new(ptr::null_mut()),
@@ -110,43 +186,82 @@ impl<T> Table<T> {
         }
     }
 
-    /// The array's slots, or none. Pinned readers, handler sections and the
-    /// writer.
+    /// Segment `s`'s slots, or none. Pinned readers, handler sections and
+    /// the writer.
     #[inline]
-    fn slots(&self) -> &[Slot<T>] {
-        // Acquire: pairs with the Release swap in `replace_array`, so the
-        // array a reader loads is initialized (even a stale reader's, which
-        // then fails validation but must not read uninitialized memory).
-        let a = self.array.load(Ordering::Acquire);
-        // The writer (under the lock) only reads the published array; a
-        // replaced array goes to the limbo (`take_replaced`), which frees it
-        // after its grace period, so it outlives every guard pinned while it
-        // could still be loaded here; the index's drop (`free`) needs
-        // `&mut`; no `&mut` or `Box` to a published array is made again.
-        // SAFETY: so `array` is null or points to an array that stays
+    fn segment(&self, s: usize) -> &[Slot<T>] {
+        // Acquire: pairs with the Release store in `add_segment`, so the
+        // segment a reader loads is initialized (even a stale reader's,
+        // which then fails validation but must not read uninitialized
+        // memory).
+        let a = self.segments[s].load(Ordering::Acquire);
+        // The writer (under the lock) only reads published segments; an
+        // unpublished one goes to the limbo (`take_replaced`), which frees
+        // it after its grace period, so it outlives every guard pinned while
+        // it could still be loaded here; the index's drop (`free`) needs
+        // `&mut`; no `&mut` or `Box` to a published segment is made again.
+        // SAFETY: so the word is null or points to a segment that stays
         // allocated, and may be shared, while the caller may use it.
         unsafe { a.as_ref() }.map_or(&[], |a| &a.slots)
     }
 
-    /// Binary search for `id` over the used prefix of `slots` (this
-    /// table's). Never out of bounds, whatever a torn read gives (the
-    /// length is clamped to the array's).
+    /// The used slots of segment `s`, given `len` used slots in all (a
+    /// torn `len` or segment only shortens the answer).
     #[inline]
-    fn position(&self, slots: &[Slot<T>], id: u64) -> Result<usize, usize> {
+    fn used(&self, s: usize, len: usize) -> &[Slot<T>] {
+        let slots = self.segment(s);
+        &slots[..len.saturating_sub(start(s)).min(slots.len())]
+    }
+
+    /// The segments holding some of `len` used slots.
+    #[inline]
+    fn segments_used(len: usize) -> usize {
+        if len == 0 {
+            0
+        } else {
+            (split(len - 1).0 + 1).min(SEGMENTS)
+        }
+    }
+
+    /// Slot `i`, if its segment is there.
+    #[inline]
+    fn slot(&self, i: usize) -> Option<&Slot<T>> {
+        let (s, at) = split(i);
+        if s >= SEGMENTS {
+            return None;
+        }
+        self.segment(s).get(at)
+    }
+
+    /// The slot holding `id`, searched over the used slots. Never out of
+    /// bounds, whatever a torn read gives.
+    #[inline]
+    fn position(&self, id: u64) -> Option<usize> {
         // Relaxed: validated by the latch (readers) or under the lock.
-        let len = self.len.load(Ordering::Relaxed).min(slots.len());
-        slots[..len].binary_search_by_key(&id, |s| s.id.load(Ordering::Relaxed))
+        let len = self.len.load(Ordering::Relaxed);
+        // The top segment holds half the slots: look there first.
+        for s in (0..Self::segments_used(len)).rev() {
+            let slots = self.used(s, len);
+            let Some(first) = slots.first() else {
+                continue;
+            };
+            if first.id.load(Ordering::Relaxed) <= id {
+                return (slots.binary_search_by_key(&id, |s| s.id.load(Ordering::Relaxed)))
+                    .ok()
+                    .map(|at| start(s) + at);
+            }
+        }
+        None
     }
 
     /// The record of `id`: null if unknown or removed. For readers, the
     /// answer is meaningful only once the latch validated it.
     #[inline]
     pub(crate) fn find(&self, id: u64) -> *mut Record<T> {
-        let slots = self.slots();
-        match self.position(slots, id) {
+        match self.position(id).and_then(|i| self.slot(i)) {
             // Relaxed: validated by the latch, like every word read here.
-            Ok(i) => slots[i].record.load(Ordering::Relaxed),
-            Err(_) => ptr::null_mut(),
+            Some(s) => s.record.load(Ordering::Relaxed),
+            None => ptr::null_mut(),
         }
     }
 
@@ -156,49 +271,66 @@ impl<T> Table<T> {
         self.live.load(Ordering::Relaxed)
     }
 
+    /// The used slots in order.
+    fn each(&self, mut visit: impl FnMut(&Slot<T>)) {
+        let len = self.len.load(Ordering::Relaxed);
+        for s in 0..Self::segments_used(len) {
+            self.used(s, len).iter().for_each(&mut visit);
+        }
+    }
+
     /// Every live record in id order (for a reader: validate afterwards).
     pub(crate) fn records(&self, mut visit: impl FnMut(*mut Record<T>)) {
-        let slots = self.slots();
-        let len = self.len.load(Ordering::Relaxed).min(slots.len());
-        for s in &slots[..len] {
+        self.each(|s| {
             let r = s.record.load(Ordering::Relaxed);
             if !r.is_null() {
                 visit(r);
             }
-        }
+        });
     }
 
     // ----- Writer-only (under the writer lock, while readers are steered
     // away from this table's copy: every store below is then either never
     // seen by a validating reader or caught by its re-check, `raw::latch`).
 
-    /// Publishes a fresh array of `cap` slots, the first ones from `used`,
-    /// and queues the one it replaces for retirement.
-    fn replace_array(&self, cap: usize, used: impl IntoIterator<Item = (u64, *mut Record<T>)>) {
-        let mut used = used.into_iter();
-        let slots: Box<[Slot<T>]> = (0..cap)
-            .map(|_| {
-                let (id, record) = used.next().unwrap_or((0, ptr::null_mut()));
-                Slot {
-                    id: AtomicU64::new(id),
-                    record: AtomicPtr::new(record),
-                }
-            })
-            .collect();
+    /// The segments published.
+    fn count(&self) -> usize {
+        self.count.load(Ordering::Relaxed)
+    }
+
+    /// Publishes segment `count()`, empty.
+    fn add_segment(&self) {
+        let s = self.count();
+        assert!(s < SEGMENTS, "module table full");
         let new = Box::into_raw(Box::new(Array {
-            slots,
+            slots: empty_slots(start(s + 1) - start(s)),
             replaced_next: AtomicPtr::new(ptr::null_mut()),
         }));
-        // Release: pairs with the Acquire load in `slots`.
-        let old = self.array.swap(new, Ordering::Release);
-        let Some(old) = NonNull::new(old) else {
-            return;
-        };
+        // Release: pairs with the Acquire load in `segment`.
+        self.segments[s].store(new, Ordering::Release);
+        self.count.store(s + 1, Ordering::Relaxed);
+    }
+
+    /// Unpublishes the segments from `keep` up and queues them for
+    /// retirement.
+    fn drop_segments(&self, keep: usize) {
+        for s in (keep..self.count()).rev() {
+            let old = self.segments[s].swap(ptr::null_mut(), Ordering::Relaxed);
+            if let Some(old) = NonNull::new(old) {
+                self.queue_replaced(old);
+            }
+        }
+        self.count.store(keep.min(self.count()), Ordering::Relaxed);
+    }
+
+    /// Pushes `old`, no longer published, on the replaced list.
+    fn queue_replaced(&self, old: NonNull<Array<T>>) {
         // Push-only list (no ABA: nothing is popped singly).
         let mut head = self.replaced.load(Ordering::Relaxed);
         loop {
-            // `old` came from `Box::into_raw` here and is no longer published; only this list
-            // refers to it now, and its `replaced_next` is read only by whoever takes the list.
+            // `old` came from `Box::into_raw` in `add_segment` and is no longer published; only
+            // this list refers to it now, and its `replaced_next` is read only by whoever takes
+            // the list.
             // SAFETY: so `old` is live and only this list refers to it.
             unsafe { old.as_ref() }
                 .replaced_next
@@ -217,15 +349,8 @@ impl<T> Table<T> {
         }
     }
 
-    /// An array with room for `need` slots, the used ones copied over.
-    fn grow(&self, need: usize) {
-        let slots = self.slots();
-        let len = self.len.load(Ordering::Relaxed).min(slots.len());
-        self.replace_array(capacity(need), slots[..len].iter().map(load));
-    }
-
     fn set_slot(&self, i: usize, id: u64, record: *mut Record<T>) {
-        let s = &self.slots()[i];
+        let s = self.slot(i).expect("a slot of a published segment");
         // Relaxed: see the section comment.
         s.id.store(id, Ordering::Relaxed);
         s.record.store(record, Ordering::Relaxed);
@@ -234,8 +359,8 @@ impl<T> Table<T> {
     /// Appends `(id, record)`; `id` is above every id in the table.
     pub(crate) fn push(&self, id: u64, record: NonNull<Record<T>>, dirty: &mut Dirty) {
         let len = self.len.load(Ordering::Relaxed);
-        if len == self.slots().len() {
-            self.grow(len + 1);
+        if len == start(self.count()) {
+            self.add_segment();
         }
         self.set_slot(len, id, record.as_ptr());
         self.len.store(len + 1, Ordering::Relaxed);
@@ -245,9 +370,7 @@ impl<T> Table<T> {
 
     /// Points the live slot of `id` at `record`.
     pub(crate) fn set(&self, id: u64, record: NonNull<Record<T>>, dirty: &mut Dirty) {
-        let i = self
-            .position(self.slots(), id)
-            .expect("set of a registered id");
+        let i = self.position(id).expect("set of a registered id");
         self.set_slot(i, id, record.as_ptr());
         dirty.add(i, i + 1);
     }
@@ -255,62 +378,67 @@ impl<T> Table<T> {
     /// The slot and record of live module `id`, if any (writer-only: for
     /// [`remove_at`](Table::remove_at) without a second search).
     pub(crate) fn locate(&self, id: u64) -> Option<(usize, NonNull<Record<T>>)> {
-        let slots = self.slots();
-        let i = self.position(slots, id).ok()?;
-        NonNull::new(load(&slots[i]).1).map(|r| (i, r))
+        let i = self.position(id)?;
+        NonNull::new(load(self.slot(i)?).1).map(|r| (i, r))
     }
 
     /// Tombstones live slot `i` (from [`locate`](Table::locate), nothing
-    /// changed since), compacting if tombstones dominate (into a smaller
-    /// array if the live slots fill less than a quarter).
+    /// changed since), compacting if tombstones dominate (and dropping the
+    /// top segments if the live slots fill less than a quarter).
     pub(crate) fn remove_at(&self, i: usize, dirty: &mut Dirty) {
-        let slots = self.slots();
-        let (id, _) = load(&slots[i]);
+        let (id, _) = load(self.slot(i).expect("a located slot"));
         self.set_slot(i, id, ptr::null_mut());
         let live = self.live() - 1;
         self.live.store(live, Ordering::Relaxed);
         dirty.add(i, i + 1);
         let len = self.len.load(Ordering::Relaxed);
         if len > COMPACT_MIN && live * 2 < len {
-            let kept = slots[..len].iter().map(load).filter(|s| !s.1.is_null());
-            if slots.len() >= 4 * capacity(live) {
-                self.replace_array(2 * capacity(live), kept);
-            } else {
-                for (to, (id, r)) in kept.enumerate() {
+            // In place, front to back: a slot moves down only, over one
+            // already moved or a tombstone.
+            let mut to = 0;
+            for from in 0..len {
+                let (id, r) = load(self.slot(from).expect("a used slot"));
+                if !r.is_null() {
                     self.set_slot(to, id, r);
+                    to += 1;
                 }
             }
             self.len.store(live, Ordering::Relaxed);
             dirty.add(0, live);
+            if start(self.count()) >= 4 * capacity(live) {
+                self.drop_segments(segments_for(2 * capacity(live)));
+            }
         }
     }
 
     /// Makes this table equal to `src` on the slots in `dirty` (and in
-    /// length, count and capacity), given that they were equal elsewhere.
+    /// length, count and segments), given that they were equal elsewhere.
     pub(crate) fn sync_from(&self, src: &Table<T>, dirty: Dirty) {
         let len = src.len.load(Ordering::Relaxed);
-        let cap = src.slots().len();
-        if self.slots().len() != cap {
-            // The slots below `len` outside `dirty` are equal; the rest is
-            // unused.
-            let slots = self.slots();
-            self.replace_array(cap, slots.iter().take(len).map(load));
+        // Slots of segments added here are all in `dirty` (written by this
+        // transaction) or unused.
+        while self.count() < src.count() {
+            self.add_segment();
         }
+        self.drop_segments(src.count());
         if let Some((lo, hi)) = dirty.0 {
-            let (from, to) = (src.slots(), self.slots());
-            let hi = hi.min(len).min(from.len()).min(to.len());
-            for (s, d) in from[lo.min(hi)..hi].iter().zip(&to[lo.min(hi)..hi]) {
-                let (id, r) = load(s);
-                // Relaxed: see the section comment.
-                d.id.store(id, Ordering::Relaxed);
-                d.record.store(r, Ordering::Relaxed);
+            let hi = hi.min(len);
+            for s in split(lo.min(hi)).0..Self::segments_used(hi) {
+                let (from, to) = (src.used(s, hi), self.used(s, hi));
+                let skip = lo.saturating_sub(start(s));
+                for (f, t) in from.iter().zip(to).skip(skip) {
+                    let (id, r) = load(f);
+                    // Relaxed: see the section comment.
+                    t.id.store(id, Ordering::Relaxed);
+                    t.record.store(r, Ordering::Relaxed);
+                }
             }
         }
         self.len.store(len, Ordering::Relaxed);
         self.live.store(src.live(), Ordering::Relaxed);
     }
 
-    /// Whether arrays wait in the replaced list. A hint, for skipping
+    /// Whether segments wait in the replaced list. A hint, for skipping
     /// [`take_replaced`](Table::take_replaced) cheaply.
     #[inline]
     pub(crate) fn has_replaced(&self) -> bool {
@@ -318,18 +446,18 @@ impl<T> Table<T> {
         !self.replaced.load(Ordering::Relaxed).is_null()
     }
 
-    /// Hands every array in the replaced list to `retire` (under the
+    /// Hands every segment in the replaced list to `retire` (under the
     /// writer lock, for the limbo: readers may still be reading them).
     pub(crate) fn take_replaced(&self, mut retire: impl FnMut(NonNull<Array<T>>)) {
         if !self.has_replaced() {
             return;
         }
-        // Acquire: pairs with the Release CAS in `replace_array` (both are
+        // Acquire: pairs with the Release CAS in `queue_replaced` (both are
         // under the writer lock today; the list stays safe to take anywhere).
         let mut next = self.replaced.swap(ptr::null_mut(), Ordering::Acquire);
         while let Some(a) = NonNull::new(next) {
             // SAFETY: taking the list made this thread its only owner; the
-            // array is still allocated (handed on below, once).
+            // segment is still allocated (handed on below, once).
             next = unsafe { a.as_ref() }.replaced_next.load(Ordering::Relaxed);
             retire(a);
         }
@@ -337,45 +465,128 @@ impl<T> Table<T> {
 
     /// `(id, record)` of every used slot, for the invariant checker.
     pub(crate) fn dump(&self) -> Vec<(u64, *mut Record<T>)> {
-        let slots = self.slots();
-        let len = self.len.load(Ordering::Relaxed).min(slots.len());
-        slots[..len].iter().map(load).collect()
+        let mut out = Vec::new();
+        self.each(|s| out.push(load(s)));
+        out
     }
 
-    /// The array's capacity, for the invariant checker.
+    /// The slots the segments hold, for the invariant checker.
     pub(crate) fn capacity(&self) -> usize {
-        self.slots().len()
+        start(self.count())
     }
 
-    /// Drops the tombstones and moves the live slots into an array of the
-    /// capacity a table of them needs (none if empty), freeing the old
-    /// arrays (not the records) at once: `&mut self`, no reader is left.
+    /// Drops the tombstones and keeps the segments a table of the live
+    /// slots needs (none if empty), freeing the others at once (not the
+    /// records): `&mut self`, no reader is left.
     pub(crate) fn shrink_to_fit(&mut self) {
         let live: Vec<_> = self.dump().into_iter().filter(|s| !s.1.is_null()).collect();
         self.free();
-        let n = live.len();
-        if n > 0 {
-            self.replace_array(capacity(n), live);
+        let mut dirty = Dirty::new();
+        for (id, r) in live {
+            if let Some(r) = NonNull::new(r) {
+                self.push(id, r, &mut dirty);
+            }
         }
-        self.len.store(n, Ordering::Relaxed);
-        self.live.store(n, Ordering::Relaxed);
     }
 
-    /// Frees the arrays (not the records).
+    /// Frees the segments (not the records).
     pub(crate) fn free(&mut self) {
-        let published = self.array.swap(ptr::null_mut(), Ordering::Relaxed);
         let mut next = self.replaced.swap(ptr::null_mut(), Ordering::Relaxed);
+        let mut segments: Vec<_> = (self.segments.iter())
+            .map(|s| s.swap(ptr::null_mut(), Ordering::Relaxed))
+            .collect();
+        self.count.store(0, Ordering::Relaxed);
         self.len.store(0, Ordering::Relaxed);
-        let mut arrays = vec![published];
+        self.live.store(0, Ordering::Relaxed);
         while let Some(a) = NonNull::new(next) {
-            arrays.push(a.as_ptr());
+            segments.push(a.as_ptr());
             // SAFETY: `&mut self`: the list is this table's alone.
             next = unsafe { a.as_ref() }.replaced_next.load(Ordering::Relaxed);
         }
-        for a in arrays.into_iter().filter_map(NonNull::new) {
-            // SAFETY: each came from `Box::into_raw` in `replace_array` and
+        for a in segments.into_iter().filter_map(NonNull::new) {
+            // SAFETY: each came from `Box::into_raw` in `add_segment` and
             // is in the table once; `&mut self`: no reader is left.
             drop(unsafe { Box::from_raw(a.as_ptr()) });
+        }
+    }
+}
+
+#[cfg(all(test, not(latchtree_loom)))]
+mod tests {
+    use super::*;
+
+    /// Segments tile the slots: each starts where the one before ends, and
+    /// `split` finds every slot's segment and place.
+    #[test]
+    fn segments_tile_the_slots() {
+        for s in 0..SEGMENTS - 1 {
+            let (lo, hi) = (start(s), start(s + 1));
+            assert_eq!(split(lo), (s, 0), "segment {s} starts at {lo}");
+            assert_eq!(
+                split(hi - 1),
+                (s, hi - 1 - lo),
+                "segment {s} ends before {hi}"
+            );
+            if s > 0 {
+                assert_eq!(hi - lo, FIRST << (s - 1));
+            }
+        }
+        for cap in [8, 16, 32, 1 << 20] {
+            assert_eq!(start(segments_for(cap)), cap);
+        }
+    }
+
+    /// Growing never moves a slot (no write copies the table), and a
+    /// synced table gets the same segments; compaction after mass removal
+    /// drops the top ones in both.
+    #[test]
+    fn growth_never_moves_a_slot() {
+        let n = if cfg!(miri) { 40 } else { 5000 };
+        let (t0, t1) = (Table::<u64>::new(), Table::<u64>::new());
+        let rec = NonNull::<Record<u64>>::dangling();
+        let mut at = Vec::new();
+        for id in 0..n as u64 {
+            let mut dirty = Dirty::new();
+            t0.push(id, rec, &mut dirty);
+            t1.sync_from(&t0, dirty);
+            at.push(ptr::from_ref(t0.slot(id as usize).unwrap()).addr());
+            if id % 97 == 0 {
+                for (i, &a) in at.iter().enumerate() {
+                    assert_eq!(
+                        ptr::from_ref(t0.slot(i).unwrap()).addr(),
+                        a,
+                        "slot {i} moved"
+                    );
+                }
+            }
+            assert_eq!(t0.capacity(), capacity(id as usize + 1));
+            assert_eq!(t1.capacity(), t0.capacity());
+        }
+        assert_eq!(t1.dump(), t0.dump());
+        assert_eq!(t0.find(n as u64 / 3), rec.as_ptr());
+        assert!(t0.find(n as u64).is_null());
+        for id in 0..n as u64 - 5 {
+            let mut dirty = Dirty::new();
+            let (i, _) = t0.locate(id).unwrap();
+            t0.remove_at(i, &mut dirty);
+            t1.sync_from(&t0, dirty);
+        }
+        assert_eq!(t0.live(), 5);
+        assert_eq!(t1.dump(), t0.dump());
+        assert!(t0.capacity() <= 4 * capacity(t0.dump().len()));
+        assert_eq!(t1.capacity(), t0.capacity());
+        let mut replaced = 0;
+        for t in [&t0, &t1] {
+            t.take_replaced(|a| {
+                replaced += 1;
+                // SAFETY: from `add_segment`, unpublished, handed out once;
+                // no reader.
+                drop(unsafe { Box::from_raw(a.as_ptr()) });
+            });
+        }
+        assert!(replaced > 0, "mass removal dropped no segment");
+        for mut t in [t0, t1] {
+            t.free();
         }
     }
 }

@@ -76,7 +76,7 @@ impl<T: 'static> Drop for Reclaiming<'_, T> {
 
 impl<T: 'static> AddrIndex<T> {
     /// Runs `body` as a transaction, with the limbo's part of it: hands out
-    /// what became due (and takes the tables' replaced arrays in) before
+    /// what became due (and takes the tables' replaced segments in) before
     /// `body`, retires the records the transaction released after its last
     /// flip, and once the writer lock is released drops what was due and
     /// runs the limbo's job ([`Reclaiming`]). Also returns whether anything

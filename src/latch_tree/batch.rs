@@ -98,6 +98,24 @@ impl<'t, K, V> Batch<'t, K, V> {
     pub fn clear(&mut self) {
         self.txn.clear();
     }
+
+    /// Relinks the tree into the balanced shape as part of this batch (see
+    /// [`LatchTree::rebalance`](crate::LatchTree::rebalance)); nothing if
+    /// it is in that shape already.
+    ///
+    /// ```
+    /// let tree = latchtree::LatchTree::new();
+    /// tree.write(|b| {
+    ///     for k in 0..100 {
+    ///         b.insert(k, k);
+    ///     }
+    ///     b.rebalance();
+    /// });
+    /// assert_eq!(tree.len(), 100);
+    /// ```
+    pub fn rebalance(&mut self) {
+        self.txn.rebuild();
+    }
 }
 
 impl<K: Ord, V> Batch<'_, K, V> {

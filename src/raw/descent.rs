@@ -11,7 +11,8 @@
 //! * **exact, the copy's height**, for a copy in the balanced shape that
 //!   `build.rs` links (a bulk build, or the rebuild a write runs once an
 //!   insert landed two levels below the balanced height, at most every
-//!   `len / 8` updates; see `txn.rs`). Its leaves sit on two adjacent
+//!   `len / 8` updates and only up to `txn::IN_PLACE_MAX` nodes, or the
+//!   one a front-end asks for; see `txn.rs`). Its leaves sit on two adjacent
 //!   levels, so every
 //!   lookup takes its own path length or one step more, and no loop exit
 //!   waits to be mispredicted;

@@ -23,6 +23,10 @@ use alloc::vec;
 use alloc::vec::Vec;
 use core::ptr::{self, NonNull};
 
+/// Ranks a block of [`Shadow`]'s placed map covers (one 4 KiB page of
+/// pointers).
+const PLACED_BLOCK: usize = 4096 / size_of::<usize>();
+
 /// A red-black tree of nodes in no copy, kept identical in both link sets;
 /// see the module docs. Either built in the balanced shape ([`place`]) and
 /// then changed like a copy ([`insert`], [`erase`]), or only changed.
@@ -36,8 +40,12 @@ pub(crate) struct Shadow<N> {
     len: usize,
     /// The node count of the balanced shape `place` links.
     shape_len: usize,
-    /// The nodes placed so far, by rank (null: not yet), while placing.
-    placed: Vec<*mut N>,
+    /// The nodes placed so far, by rank (null: not yet), while placing: in
+    /// blocks of [`PLACED_BLOCK`] ranks, each allocated when first written
+    /// (one zeroed map of the whole shape took a millisecond to allocate
+    /// at 262 144 ranks inside one write, and the first nodes of the van
+    /// Emde Boas order, spread over every rank, fault in a page each).
+    placed: Vec<Vec<*mut N>>,
     /// Inserts and erases since the balanced shape (the `Shape` the copies
     /// take on at adoption), and the deepest insert among them.
     pub(super) updates: usize,
@@ -93,16 +101,27 @@ impl<N: Linked> Shadow<N> {
     /// among the nodes placed; `spot` comes from a
     /// [`VebOrder`](super::build::VebOrder) over `shape_len` nodes, taken in
     /// its order (parents first), and no `insert` or `erase` came before.
-    pub(crate) unsafe fn place(&mut self, spot: Spot, node: NonNull<N>) {
+    ///
+    /// Returns whether this was the first rank placed in its block of the
+    /// map (a fresh page: the caller may count it as more work).
+    pub(crate) unsafe fn place(&mut self, spot: Spot, node: NonNull<N>) -> bool {
         debug_assert!(self.updates == 0, "place after insert or erase");
         if self.placed.is_empty() {
-            // Zeroed memory: the map costs what of it is touched.
-            self.placed = vec![ptr::null_mut(); self.shape_len];
+            self.placed = (0..self.shape_len.div_ceil(PLACED_BLOCK))
+                .map(|_| Vec::new())
+                .collect();
         }
         let n = node.as_ptr();
-        let parent = spot.parent.map_or(ptr::null_mut(), |p| self.placed[p]);
+        let parent = spot.parent.map_or(ptr::null_mut(), |p| {
+            self.placed[p / PLACED_BLOCK][p % PLACED_BLOCK]
+        });
         debug_assert!(spot.parent.is_none() || !parent.is_null(), "parent first");
-        self.placed[spot.rank] = n;
+        let block = &mut self.placed[spot.rank / PLACED_BLOCK];
+        let fresh = block.is_empty();
+        if fresh {
+            *block = vec![ptr::null_mut(); PLACED_BLOCK];
+        }
+        block[spot.rank % PLACED_BLOCK] = n;
         let full = (self.shape_len + 1).ilog2() as usize;
         // SAFETY: `node` is live (caller).
         let links = |copy| unsafe { node.as_ref() }.links(copy);
@@ -124,6 +143,7 @@ impl<N: Linked> Shadow<N> {
         if self.len == self.shape_len {
             self.placed = Vec::new();
         }
+        fresh
     }
 
     /// Searches the shadow like [`Txn::find`](super::Txn::find) searches

@@ -522,6 +522,39 @@ fn sequential_inserts_are_rebuilt_into_the_balanced_shape() {
     }
 }
 
+/// Past `IN_PLACE_MAX` nodes no commit rebuilds on its own (no write
+/// relinks the whole tree), the shape stays red-black (checked), and an
+/// explicit rebuild still gives the exact plan.
+#[test]
+#[cfg_attr(miri, ignore = "grows past 4096 nodes")]
+fn large_trees_are_rebuilt_only_when_asked() {
+    let h = Harness::new();
+    let max = super::txn::IN_PLACE_MAX;
+    let (mut below, mut above) = (0, 0);
+    for k in 0..(max + max / 2) as u64 {
+        h.apply(&[(true, k)], None);
+        if h.shape().2.exact {
+            *(if k as usize >= max {
+                &mut above
+            } else {
+                &mut below
+            }) += 1;
+        }
+    }
+    h.check();
+    assert!(below > 0, "no rebuild below {max} nodes");
+    assert_eq!(
+        above, 0,
+        "a commit rebuilt a tree of over {max} nodes in place"
+    );
+    h.tree
+        .write(|txn, _| txn.rebuild(), |_, _, _| {}, |_, _| {});
+    let (height, _, plan) = h.shape();
+    assert!(plan.exact);
+    assert_eq!(height, super::descent::balanced_height(max + max / 2));
+    h.check();
+}
+
 /// The van Emde Boas ranks are a permutation of the keys, top half of the
 /// levels first: on 15 nodes, the root and its children, then each
 /// two-level subtree below them, left to right.

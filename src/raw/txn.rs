@@ -112,11 +112,21 @@ impl Shape {
     };
 
     /// Whether a commit rebuilds copy 0, of `len` nodes ([`rebuild_due`]),
-    /// unless the front-end deferred it.
+    /// unless the front-end deferred it or the tree is too large to
+    /// rebuild inside one write ([`IN_PLACE_MAX`]).
     pub(super) fn rebuild_due(&self, len: usize) -> bool {
-        !self.deferred && rebuild_due(self.updates, self.deepest, len)
+        !self.deferred && len <= IN_PLACE_MAX && rebuild_due(self.updates, self.deepest, len)
     }
 }
+
+/// The most nodes a commit rebuilds in place on its own. A rebuild relinks
+/// every node of both copies inside the one write that made it due (about
+/// 0.15 µs a node, cold, on the 2-core VM: some 0.6 ms at 4096, and the
+/// largest write of a `LatchTree` growing to 262 144 took 14–41 ms). A
+/// larger tree keeps its red-black shape (no path longer than twice the
+/// shortest) unless its front-end rebuilds it: `AddrIndex` over many writes
+/// (`addr_index/layout.rs`), `LatchTree::rebalance` when asked.
+pub(crate) const IN_PLACE_MAX: usize = 4096;
 
 /// Whether a commit relinks the tree of `len` nodes into the balanced
 /// shape (`build.rs`), after `since` inserts and erases of which the
