@@ -351,7 +351,9 @@ type Seen = Option<(std::ops::Range<u64>, u64)>;
 /// still stand on the node. `read` must see A's whole answer, B's whole
 /// answer, or none: never A's range with B's id, or a mix of bounds.
 fn recycled_node_model(read: fn(&AddrIndex<u64>) -> Seen) {
-    model(move || {
+    // One preemption puts the reader between two reads of the node while
+    // both writes run whole (`loom_model_preempted_once`).
+    common::loom_model_preempted_once(move || {
         let index = Arc::new(AddrIndex::<u64>::new());
         let a = index.insert(10..20, 1).unwrap();
         assert_eq!(a.get(), 1);

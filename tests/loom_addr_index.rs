@@ -44,7 +44,9 @@ fn seen(h: RawHit) -> (std::ops::Range<u64>, u64, u64, u64) {
 /// range does.
 #[test]
 fn recycled_node_base_and_tag_are_validated() {
-    model(|| {
+    // One preemption puts the reader between two reads of the node while
+    // both writes run whole (`loom_model_preempted_once`).
+    common::loom_model_preempted_once(|| {
         let index = Arc::new(AddrIndex::<u64>::new());
         let meta = |base, tag| ModuleMeta {
             base: Some(base),

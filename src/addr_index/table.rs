@@ -425,8 +425,14 @@ impl<T> Table<T> {
             let hi = hi.min(len);
             for s in split(lo.min(hi)).0..Self::segments_used(hi) {
                 let (from, to) = (src.used(s, hi), self.used(s, hi));
+                // Sliced, not `skip`ped: the dirty slots of a write are a
+                // few at the end of a segment of up to 2^27.
                 let skip = lo.saturating_sub(start(s));
-                for (f, t) in from.iter().zip(to).skip(skip) {
+                let (from, to) = (
+                    from.get(skip..).unwrap_or(&[]),
+                    to.get(skip..).unwrap_or(&[]),
+                );
+                for (f, t) in from.iter().zip(to) {
                     let (id, r) = load(f);
                     // Relaxed: see the section comment.
                     t.id.store(id, Ordering::Relaxed);
