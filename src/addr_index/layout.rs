@@ -61,16 +61,16 @@
 //!
 //! Measured against the one-write move (`compare --pauses`: growth to
 //! 262 144 ranges by single inserts, the largest insert in thread CPU
-//! time, 2-core VM shared with other work, 5 runs each): ascending 42–53 →
-//! 4–13 ms, random 37–87 → 4–11 ms. What stays above a millisecond is not
-//! the migration: the slab growing by a 2 MiB chunk (0.3 ms, or about 5 ms
-//! when the kernel compacts memory for its huge page, as before) and the
-//! module table doubling (3 ms at 2^17 modules, as before); a slice of the
-//! migration takes some 25 µs (cold nodes; rare outliers of about 1 ms on
-//! the loaded machine). The price: p99 of those inserts 3 → 30 µs (7 % of
-//! the writes carry a slice). Callgrind, growth to 65 536: 7,050 → 6,680
-//! instructions an insert. `rebalance` (a whole migration in one write)
-//! takes about what the move took.
+//! time, 2-core VM): ascending 42–53 → 4–13 ms, random 37–87 → 4–11 ms
+//! when it landed; what stayed above a millisecond was growth, which now
+//! is incremental too: a fresh chunk's nodes are written a page at a time
+//! as they are taken (`slab.rs`), and the module table grows by segments
+//! (`table.rs`). Since then the largest insert is 0.5–0.7 ms (the table's
+//! two 1 MiB segments at 2^17 modules) with default features; a slice of
+//! the migration takes some 25 µs. The price: p99 of those inserts 3 →
+//! 35 µs (7 % of the writes carry a slice). Callgrind, growth to 65 536:
+//! 7,050 → 6,680 instructions an insert. `rebalance` (a whole migration in
+//! one write) takes about what the move took (30–43 ms at 262 144).
 
 use super::index::Node;
 use super::record::Record;
