@@ -29,7 +29,7 @@ fn keys(n: usize) -> Vec<u64> {
 #[test]
 fn shrink_to_fit_after_removing_99_percent_holds_at_most_twice_a_fresh_index() {
     // Under Miri 200 (two kept): the same paths as 400 (one slab chunk
-    // either way), at half the interpretation time (some three minutes).
+    // either way); 126 s under Miri on a quiet 2-core VM.
     let n = if cfg!(miri) { 200 } else { 100_000 };
     // The epoch's thread-local state, which stays.
     drop(latchtree::pin());

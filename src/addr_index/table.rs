@@ -425,8 +425,9 @@ impl<T> Table<T> {
             let hi = hi.min(len);
             for s in split(lo.min(hi)).0..Self::segments_used(hi) {
                 let (from, to) = (src.used(s, hi), self.used(s, hi));
-                // Sliced, not `skip`ped: the dirty slots of a write are a
-                // few at the end of a segment of up to 2^27.
+                // Sliced, not `skip`ped (which steps slot by slot): a
+                // write's dirty slots are usually a few at the end of a
+                // large segment.
                 let skip = lo.saturating_sub(start(s));
                 let (from, to) = (
                     from.get(skip..).unwrap_or(&[]),
