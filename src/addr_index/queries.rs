@@ -68,8 +68,8 @@ impl<T> AddrIndex<T> {
         }
         // Branch-free descent to a leaf, keeping the last node that starts
         // at or below `addr`: the only range that can contain it.
-        let mut cand = None;
-        view.descend(|n| Some(range_step(addr, n, &mut cand)))?;
+        // Relaxed: see `raw_hit`.
+        let cand = view.search_by_key(|n| n.start.load(Ordering::Relaxed), |s| addr >= s)?;
         // Read the candidate's fields before validation, like every field.
         Some(containing(cand, addr).map(hit_and_record))
     }

@@ -46,7 +46,7 @@
 //! record (`record.rs`), which is reclaimed through the epoch, never inside a
 //! reader.
 
-use crate::raw::{Kids, LinkRef, Linked, Links, Parent};
+use crate::raw::{Height, KidKeys, Kids, LinkRef, Linked, Links, Parent};
 use crate::sync::{AtomicPtr, AtomicU64, Ordering};
 use alloc::alloc::Layout;
 use alloc::vec::Vec;
@@ -55,14 +55,18 @@ use core::ptr::{self, NonNull};
 /// A huge page's size (x86-64 and aarch64 with 4 KiB base pages).
 const HUGE_PAGE: usize = 2 << 20;
 
-/// One address range. What `lookup` reads fills the first cache line: copy
-/// 0's child links (readers use copy 0 while no write is running), the
-/// bounds, the id, the base, the tag and the flags. Copy 0's parent word
-/// (the writer's and cursors'), the record (read by pinned readers and
-/// sections) and copy 1's links are on the second.
+/// One address range. What a descent of copy 0 (the copy readers use while
+/// no write is running) reads fills the first cache line: its child links,
+/// its children's starts (`KidKeys`, so that a step needs one load, not a
+/// link and then a key behind it), the bounds, the id and the base. The
+/// tag and the flags (read once per hit), copy 0's parent word and the
+/// subtree's height (the writer's, and the parent the cursors'), the record
+/// (read by pinned readers and sections) and copy 1's links are on the
+/// second.
 #[repr(C, align(64))]
 pub(crate) struct RangeNode<M> {
     hot: Kids<RangeNode<M>>,
+    hot_keys: KidKeys,
     pub(crate) start: AtomicU64,
     pub(crate) end: AtomicU64,
     pub(crate) id: AtomicU64,
@@ -71,16 +75,20 @@ pub(crate) struct RangeNode<M> {
     /// The segment's flags (a `u32`).
     pub(crate) flags: AtomicU64,
     hot_parent: Parent<RangeNode<M>>,
+    height: Height,
     /// The module record, valid while the node is linked; dereferenced only
     /// by pinned readers after validation.
     pub(crate) module: AtomicPtr<M>,
     cold: Links<RangeNode<M>>,
 }
 
-// What `lookup` reads fills exactly the first line (on 64-bit targets,
-// where a link is a word).
+// Two lines, no more.
+const _: () = assert!(core::mem::size_of::<RangeNode<()>>() <= 128);
+
+// What a descent of copy 0 reads, and a hit's bounds, id and base, fill
+// exactly the first line (on 64-bit targets, where a link is a word).
 #[cfg(target_pointer_width = "64")]
-const _: () = assert!(core::mem::offset_of!(RangeNode<()>, hot_parent) == 64);
+const _: () = assert!(core::mem::offset_of!(RangeNode<()>, tag) == 64);
 
 /// What [`Slab::alloc`] writes into a node.
 #[derive(Debug)]
@@ -100,10 +108,25 @@ unsafe impl<M> Linked for RangeNode<M> {
     #[inline(always)]
     fn links(&self, copy: usize) -> LinkRef<'_, Self> {
         if copy == 0 {
-            LinkRef::new(&self.hot, &self.hot_parent)
+            LinkRef::with_keys(&self.hot, &self.hot_parent, &self.hot_keys)
         } else {
             self.cold.get()
         }
+    }
+
+    const COPY0_KID_KEYS: bool = true;
+    const HAS_HEIGHT: bool = true;
+
+    #[inline(always)]
+    fn height(&self) -> Option<&Height> {
+        Some(&self.height)
+    }
+
+    /// The start: written only while the node is in no tree (`Slab::fill`).
+    #[inline(always)]
+    fn search_key(&self) -> u64 {
+        // Relaxed: read by the writer, which wrote it (writer lock).
+        self.start.load(Ordering::Relaxed)
     }
 }
 
@@ -111,6 +134,7 @@ impl<M> RangeNode<M> {
     fn new() -> Self {
         RangeNode {
             hot: Kids::new(),
+            hot_keys: KidKeys::new(),
             start: AtomicU64::new(0),
             end: AtomicU64::new(0),
             id: AtomicU64::new(0),
@@ -118,6 +142,7 @@ impl<M> RangeNode<M> {
             tag: AtomicU64::new(0),
             flags: AtomicU64::new(0),
             hot_parent: Parent::new(),
+            height: Height::new(),
             module: AtomicPtr::new(ptr::null_mut()),
             cold: Links::new(),
         }

@@ -348,11 +348,9 @@ unsafe fn removed<K, V>(node: NonNull<Node<K, V>>, _guard: &Guard) -> &Node<K, V
 /// of the chain `due`, through its `hot` left link, which nothing else reads
 /// any more.
 fn push_due<K, V>(due: &mut *mut Node<K, V>, node: NonNull<Node<K, V>>) {
-    // SAFETY: `node` is allocated and ours alone (see above).
-    unsafe { node.as_ref() }
-        .hot
-        .get()
-        .set_child(Dir::Left, *due);
+    // SAFETY: `node` is allocated and ours alone (see above); `*due` is null
+    // or a node of the chain, allocated.
+    unsafe { node.as_ref().hot.get().set_child(Dir::Left, *due) };
     *due = node.as_ptr();
 }
 
@@ -405,11 +403,9 @@ impl<K, V> Reclaiming<'_, K, V> {
         // Relaxed: the CAS below publishes.
         let mut head = returned.load(crate::sync::Ordering::Relaxed);
         loop {
-            // SAFETY: the shells are this writer's alone until published.
-            unsafe { last.as_ref() }
-                .hot
-                .get()
-                .set_child(Dir::Left, head);
+            // SAFETY: the shells are this writer's alone until published;
+            // `head` is null or a returned shell, allocated.
+            unsafe { last.as_ref().hot.get().set_child(Dir::Left, head) };
             // Release: pairs with the Acquire swap in `Shells::take_returned`
             // (the links, and the key and value drops, happen-before a reuse).
             match returned.compare_exchange_weak(

@@ -94,14 +94,15 @@ pub(crate) struct VebOrder {
 }
 
 /// Where a node of the balanced shape goes: its key-order rank, its
-/// parent's rank (`None` for the root), which child of it the node is, and
-/// its depth (the root's is 0).
+/// parent's rank (`None` for the root), which child of it the node is, its
+/// depth (the root's is 0) and the height of its subtree.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Spot {
     pub(crate) rank: usize,
     pub(crate) parent: Option<usize>,
     pub(crate) dir: Dir,
     pub(crate) depth: usize,
+    pub(crate) height: usize,
 }
 
 /// One pending step of [`VebOrder`]; `up` is where the root of the
@@ -132,6 +133,7 @@ impl VebOrder {
             parent: None,
             dir: Dir::Left,
             depth: 0,
+            height: 0,
         };
         VebOrder {
             stack: vec![Frame::Top {
@@ -165,6 +167,7 @@ impl Iterator for VebOrder {
                             parent: Some(m),
                             dir,
                             depth: up.depth + 1,
+                            height: 0,
                         };
                         for (keys, dir) in
                             [(m + 1..keys.end, Dir::Right), (keys.start..m, Dir::Left)]
@@ -175,7 +178,11 @@ impl Iterator for VebOrder {
                                 up: child(dir),
                             });
                         }
-                        return Some(Spot { rank: m, ..up });
+                        return Some(Spot {
+                            rank: m,
+                            height: balanced_height(keys.len()),
+                            ..up
+                        });
                     }
                     let top = levels / 2;
                     self.stack.push(Frame::Below {
@@ -243,6 +250,7 @@ fn nth_below(keys: &Range<usize>, depth: usize, i: usize, up: Spot) -> (Range<us
             parent: Some(m),
             dir: Dir::toward(right),
             depth: up.depth + 1,
+            height: 0,
         };
         keys = if right {
             m + 1..keys.end
@@ -282,10 +290,20 @@ unsafe fn link<N: Linked>(
     };
     // SAFETY: `mid` is live and owned by the tree (caller).
     let node = unsafe { mid.as_ref() };
+    if copies.contains(&0)
+        && let Some(h) = node.height()
+    {
+        // A run splits at its middle (module docs): its height is
+        // `balanced_height` of its length, whichever half is longer.
+        h.set(balanced_height(nodes.len()));
+    }
     for copy in copies {
         let l = node.links(copy);
-        l.set_child(Dir::Left, left);
-        l.set_child(Dir::Right, right);
+        // SAFETY: null or the roots just linked, live (caller).
+        unsafe {
+            l.set_child(Dir::Left, left);
+            l.set_child(Dir::Right, right);
+        }
         l.set_parent_color(parent, depth < full);
     }
     n

@@ -9,7 +9,10 @@
 //!   copy's length; the height is within [`MAX_DEPTH`]; the copy's
 //!   published descent plan (`descent.rs`) is exact and equals the height,
 //!   or is not and equals the black height;
-//! * the two copies hold the same nodes with the same shape and colours.
+//! * the two copies hold the same nodes with the same shape and colours;
+//! * in copy 0, for nodes that keep them: every node's recorded height is
+//!   its subtree's, and every cached child key is its child's key
+//!   (`links.rs`: `Height`, `KidKeys`).
 
 use super::descent::Descent;
 use super::links::{Dir, Linked};
@@ -72,6 +75,9 @@ pub(crate) fn check<N: Linked>(
                 plan.trips
             ));
         }
+        if copy == 0 {
+            copy0_extras(root).map_err(|e| format!("copy 0: {e}"))?;
+        }
         if order.len() != lens[copy] {
             return Err(format!(
                 "copy {copy}: {} nodes but length {}",
@@ -99,6 +105,42 @@ pub(crate) fn check<N: Linked>(
         }
     }
     Ok(())
+}
+
+/// Checks copy 0's recorded heights and cached child keys under `n`, where
+/// the nodes keep them; returns the subtree's height. Runs after
+/// `subtree` accepted the copy (a tree, within `MAX_DEPTH`).
+fn copy0_extras<N: Linked>(n: *mut N) -> Result<usize, String> {
+    // SAFETY: at rest every node reachable from a root is live.
+    let Some(node) = (unsafe { n.as_ref() }) else {
+        return Ok(0);
+    };
+    let l = node.links(0);
+    let mut h = [0; 2];
+    for (i, dir) in [Dir::Left, Dir::Right].into_iter().enumerate() {
+        let c = l.load_child(dir);
+        h[i] = copy0_extras(c)?;
+        if N::COPY0_KID_KEYS {
+            // SAFETY: as above.
+            let want = unsafe { c.as_ref() }.map_or(0, N::search_key);
+            if l.load_child_key(dir) != Some(want) {
+                return Err(format!(
+                    "a cached child key is {:?}, the child's key {want}",
+                    l.load_child_key(dir)
+                ));
+            }
+        }
+    }
+    let height = 1 + h[0].max(h[1]);
+    if N::HAS_HEIGHT {
+        let recorded = node.height().map(|h| h.get());
+        if recorded != Some(height) {
+            return Err(format!(
+                "a node records height {recorded:?}, its subtree's is {height}"
+            ));
+        }
+    }
+    Ok(height)
 }
 
 fn shape<N: Linked>(node: &N, copy: usize) -> Shape {

@@ -16,6 +16,13 @@
 //!   levels, so every
 //!   lookup takes its own path length or one step more, and no loop exit
 //!   waits to be mispredicted;
+//! * **exact, the copy's height**, for a copy whose nodes keep their heights
+//!   (`Linked::height`, `AddrIndex`'s range nodes) and whose height is at
+//!   most `EXACT_SLACK` (`tree.rs`) above the balanced one: a tree grown in
+//!   random order is about one level above it at n = 84, and the writer
+//!   knows its height after every write, so its lookups take the
+//!   branch-free walk too (round 3's random-order n = 84 cell took the tail
+//!   for want of a rebuild, DESIGN §7c);
 //! * **the copy's black height, then a tail**, for any other shape. Every
 //!   root-to-nil path holds that many nodes, so no trip is wasted standing
 //!   still; the tail walks the rest of the path (its red nodes, at most as
@@ -146,6 +153,92 @@ impl<'g, N: Linked> View<'g, N> {
             return Some(());
         }
         self.tail(cur, plan.trips + 1, step)
+    }
+
+    /// The search of a tree ordered by a word key (`key(node)`, read like any
+    /// word of the copy): the last node on the path whose key `right` sends
+    /// right of, that is the greatest key `right` accepts when `right` holds
+    /// for every key up to some bound (`None`: none). Returns `None` if the
+    /// walk broke the [`MAX_DEPTH`] bound (a copy being rewritten).
+    ///
+    /// It follows the copy's plan like [`descend`](View::descend), but each
+    /// trip loads both children and both their keys before it knows which
+    /// way it goes: the keys are on hand when the comparison needs them, so
+    /// a trip waits for one load (the child link) instead of two in a row
+    /// (the link, then the key behind it). A nil child is read as the node
+    /// itself (standing still, as in `trip`), so no trip loads through nil.
+    #[inline(always)]
+    pub(crate) fn search_by_key(
+        self,
+        key: impl Fn(&'g N) -> u64,
+        right: impl Fn(u64) -> bool,
+    ) -> Option<Option<&'g N>> {
+        // Acquire: pairs with the Release root store.
+        let mut cur = self.root.load(Ordering::Acquire);
+        if cur.is_null() {
+            return Some(None);
+        }
+        let plan = self.plan()?;
+        // SAFETY: as in `trip`: a non-null pointer loaded from this tree points to a node
+        // valid for 'g.
+        let mut cur_key = key(unsafe { &*cur });
+        let mut cand: *mut N = core::ptr::null_mut();
+        if N::COPY0_KID_KEYS && self.copy == 0 {
+            // The children's keys are cached beside their links: a trip
+            // loads the link and the key it goes to, side by side.
+            for _ in 0..plan.trips {
+                // SAFETY: as in `trip` (`cur` is never null).
+                let links = unsafe { &*cur }.links(0);
+                let go = right(cur_key);
+                cand = core::hint::select_unpredictable(go, cur, cand);
+                let dir = Dir::toward(go);
+                let next = links.load_child(dir);
+                let next_key = links.load_child_key(dir).unwrap_or(0);
+                let nil = next.is_null();
+                cur = core::hint::select_unpredictable(nil, cur, next);
+                cur_key = core::hint::select_unpredictable(nil, cur_key, next_key);
+            }
+        } else {
+            for _ in 0..plan.trips {
+                // SAFETY: as in `trip` (`cur` is never null).
+                let node = unsafe { &*cur };
+                let links = node.links(self.copy);
+                let (l, r) = (links.load_child(Dir::Left), links.load_child(Dir::Right));
+                let l = core::hint::select_unpredictable(l.is_null(), cur, l);
+                let r = core::hint::select_unpredictable(r.is_null(), cur, r);
+                // SAFETY: as in `trip`: both are non-null pointers of this tree.
+                let (lk, rk) = unsafe { (key(&*l), key(&*r)) };
+                let go = right(cur_key);
+                cand = core::hint::select_unpredictable(go, cur, cand);
+                cur = core::hint::select_unpredictable(go, r, l);
+                cur_key = core::hint::select_unpredictable(go, rk, lk);
+            }
+        }
+        if !plan.exact {
+            let mut depth = plan.trips + 1;
+            loop {
+                if depth > MAX_DEPTH {
+                    return None;
+                }
+                let go = right(cur_key);
+                if go {
+                    cand = cur;
+                }
+                // SAFETY: as in `trip`.
+                let next = unsafe { &*cur }
+                    .links(self.copy)
+                    .load_child(Dir::toward(go));
+                if next.is_null() {
+                    break;
+                }
+                cur = next;
+                // SAFETY: as in `trip`.
+                cur_key = key(unsafe { &*cur });
+                depth += 1;
+            }
+        }
+        // SAFETY: null or a node of this tree, valid for 'g (as in `trip`).
+        Some(unsafe { cand.as_ref() })
     }
 
     /// `K` descents in lockstep, one per lane: `step(lane, node)` says where

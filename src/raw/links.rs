@@ -12,7 +12,7 @@
 //! The writer's own loads of the parent word are `Relaxed`: the writer lock
 //! orders writers.
 
-use crate::sync::{AtomicPtr, Ordering};
+use crate::sync::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use core::ptr;
 
 /// A node that carries two link sets and may be put in a [`RawTree`].
@@ -26,6 +26,30 @@ use core::ptr;
 pub(crate) unsafe trait Linked: Sized {
     /// The link set of copy `copy` (0 or 1).
     fn links(&self, copy: usize) -> LinkRef<'_, Self>;
+
+    /// Whether copy 0's links cache the children's keys ([`KidKeys`],
+    /// [`Linked::search_key`]).
+    const COPY0_KID_KEYS: bool = false;
+
+    /// Whether nodes of this type keep a [`Height`]: then
+    /// [`height`](Linked::height) is `Some` for every node. A tree of them
+    /// always knows its exact height, so its readers descend by an exact
+    /// plan (`descent.rs`).
+    const HAS_HEIGHT: bool = false;
+
+    /// This node's [`Height`] in copy 0, if the node keeps one.
+    #[inline(always)]
+    fn height(&self) -> Option<&Height> {
+        None
+    }
+
+    /// The word a link set with [`KidKeys`] caches for this node in its
+    /// parent: a search key that never changes while the node is in a
+    /// tree. Only nodes whose `links` hand out [`KidKeys`] need it.
+    #[inline(always)]
+    fn search_key(&self) -> u64 {
+        0
+    }
 }
 
 /// A child direction. `Left` holds smaller keys.
@@ -57,6 +81,53 @@ const BLACK: usize = 1;
 /// One copy's child links of one node: `[left, right]`, indexed by `Dir`.
 /// What a descent reads.
 pub(crate) struct Kids<N>([AtomicPtr<N>; 2]);
+
+/// One copy's cache of a node's children's search keys
+/// ([`Linked::search_key`]), `[left, right]`, each beside its link: a
+/// descent that has the key of the node it stands on knows its child's key
+/// the moment it knows the child, without a load through the child
+/// (`View::search_by_key`). A nil child's entry is 0 (never read as a
+/// key: a walk stands still there). Every store of a link through a
+/// [`LinkRef`] that has them stores the child's key too.
+pub(crate) struct KidKeys([AtomicU64; 2]);
+
+impl KidKeys {
+    crate::sync::const_fn_unless_loom! {
+        /// No children.
+        pub(crate) fn new() -> Self {
+            KidKeys([AtomicU64::new(0), AtomicU64::new(0)])
+        }
+    }
+}
+
+/// The height of a node's subtree in copy 0 (1 for a leaf; nil counts 0),
+/// kept by the writer through every change of copy 0's shape
+/// (`rbtree.rs`, `build.rs`, `shadow.rs`, a rollback) and read only by it:
+/// the root's is the exact plan readers follow. Both copies have the same
+/// shape once a write ends, so one height serves both. An atomic because
+/// readers hold `&Node`; `Relaxed`, the writer lock orders writers.
+pub(crate) struct Height(AtomicUsize);
+
+impl Height {
+    crate::sync::const_fn_unless_loom! {
+        /// A leaf's.
+        pub(crate) fn new() -> Self {
+            Height(AtomicUsize::new(1))
+        }
+    }
+
+    /// The height recorded.
+    #[inline]
+    pub(crate) fn get(&self) -> usize {
+        self.0.load(Ordering::Relaxed)
+    }
+
+    /// Records `h`.
+    #[inline]
+    pub(crate) fn set(&self, h: usize) {
+        self.0.store(h, Ordering::Relaxed);
+    }
+}
 
 /// One copy's parent pointer of one node, with the colour in its low bit
 /// (nodes are at least 8-aligned, so the bit is free). Written and read by
@@ -110,12 +181,19 @@ impl<N> Links<N> {
     pub(crate) fn get(&self) -> LinkRef<'_, N> {
         LinkRef::new(&self.kids, &self.parent)
     }
+
+    /// A view of these links with `keys` caching the children's keys.
+    #[cfg(test)]
+    pub(crate) fn with_keys<'a>(&'a self, keys: &'a KidKeys) -> LinkRef<'a, N> {
+        LinkRef::with_keys(&self.kids, &self.parent, keys)
+    }
 }
 
 /// One copy's links of one node, wherever the node keeps them.
 pub(crate) struct LinkRef<'a, N> {
     kids: &'a Kids<N>,
     parent: &'a Parent<N>,
+    keys: Option<&'a KidKeys>,
 }
 
 impl<N> Clone for LinkRef<'_, N> {
@@ -130,7 +208,30 @@ impl<'a, N> LinkRef<'a, N> {
     /// The links made of `kids` and `parent`.
     #[inline(always)]
     pub(crate) fn new(kids: &'a Kids<N>, parent: &'a Parent<N>) -> Self {
-        LinkRef { kids, parent }
+        LinkRef {
+            kids,
+            parent,
+            keys: None,
+        }
+    }
+
+    /// The links made of `kids` and `parent`, with `keys` caching the
+    /// children's search keys.
+    #[inline(always)]
+    pub(crate) fn with_keys(kids: &'a Kids<N>, parent: &'a Parent<N>, keys: &'a KidKeys) -> Self {
+        LinkRef {
+            kids,
+            parent,
+            keys: Some(keys),
+        }
+    }
+
+    /// Reader load of the cached search key of the child `dir` leads to
+    /// (0 where it is nil), or `None` if these links cache none. `Relaxed`:
+    /// a word of this copy like the others, validated by the latch.
+    #[inline(always)]
+    pub(crate) fn load_child_key(self, dir: Dir) -> Option<u64> {
+        self.keys.map(|k| k.0[dir as usize].load(Ordering::Relaxed))
     }
 
     /// Reader load of a child link. `Acquire` pairs with the `Release` in
@@ -142,8 +243,22 @@ impl<'a, N> LinkRef<'a, N> {
     }
 
     /// Writer store of a child link; `Release`, see [`LinkRef::load_child`].
+    /// Where these links cache their children's keys ([`KidKeys`]), the
+    /// child's key is stored first (`Relaxed`: a reader that reads it reads
+    /// a word of this copy, validated by the latch like the link).
+    ///
+    /// # Safety
+    /// `child` is null or points to a live node.
     #[inline]
-    pub(crate) fn set_child(self, dir: Dir, child: *mut N) {
+    pub(crate) unsafe fn set_child(self, dir: Dir, child: *mut N)
+    where
+        N: Linked,
+    {
+        if let Some(keys) = self.keys {
+            // SAFETY: non-null, so live (caller).
+            let key = unsafe { child.as_ref() }.map_or(0, N::search_key);
+            keys.0[dir as usize].store(key, Ordering::Relaxed);
+        }
         self.kids.0[dir as usize].store(child, link_store_order());
     }
 
@@ -195,9 +310,18 @@ impl<'a, N> LinkRef<'a, N> {
 
     /// Writer-only: copy every link of `other` into `self` (published with
     /// `Release`).
-    pub(crate) fn copy_from(self, other: LinkRef<'_, N>) {
-        self.set_child(Dir::Left, other.kids.0[0].load(Ordering::Relaxed));
-        self.set_child(Dir::Right, other.kids.0[1].load(Ordering::Relaxed));
+    ///
+    /// # Safety
+    /// `other`'s children are null or live nodes.
+    pub(crate) unsafe fn copy_from(self, other: LinkRef<'_, N>)
+    where
+        N: Linked,
+    {
+        // SAFETY: null or live (caller).
+        unsafe {
+            self.set_child(Dir::Left, other.kids.0[0].load(Ordering::Relaxed));
+            self.set_child(Dir::Right, other.kids.0[1].load(Ordering::Relaxed));
+        }
         self.parent
             .0
             .store(other.parent.0.load(Ordering::Relaxed), link_store_order());

@@ -62,7 +62,7 @@ mod txn;
 mod walk;
 
 pub(crate) use cursor::{Cursor, Step};
-pub(crate) use links::{Dir, Kids, LinkRef, Linked, Links, Parent};
+pub(crate) use links::{Dir, Height, KidKeys, Kids, LinkRef, Linked, Links, Parent};
 pub(crate) use shadow::Shadow;
 pub(crate) use shared::View;
 pub(crate) use tree::RawTree;

@@ -10,9 +10,16 @@
 //! erase with transplant and the four sibling cases), written over `Dir` so
 //! that each mirror-image case is written once. Nil children are null
 //! pointers, which count as black.
+//!
+//! Nodes that keep a [`Height`](super::links::Height) have it kept here on
+//! copy 0 (the copy whose shape a write's plan is taken from): a node's
+//! height is recomputed whenever its children change (`fix_height`), and
+//! the change carried up its ancestors until one keeps its height
+//! (`propagate`). Copy 1's replay leaves heights alone.
 
 use super::links::{Dir, LinkRef, Linked, link_store_order};
 use crate::sync::{AtomicPtr, Ordering};
+use core::ptr;
 
 /// One copy of the tree, as seen by the writer.
 pub(crate) struct Side<'t, N> {
@@ -54,7 +61,9 @@ impl<'t, N: Linked> Side<'t, N> {
     /// `n` is non-null and live.
     unsafe fn set_child(&self, n: *mut N, dir: Dir, c: *mut N) {
         // SAFETY: forwarded from the caller.
-        unsafe { self.links(n) }.set_child(dir, c);
+        // `c` is null or live: every node a writer links is.
+        // SAFETY: forwarded from the caller.
+        unsafe { self.links(n).set_child(dir, c) };
     }
 
     /// # Safety
@@ -83,6 +92,106 @@ impl<'t, N: Linked> Side<'t, N> {
     unsafe fn set_parent(&self, n: *mut N, p: *mut N) {
         // SAFETY: forwarded from the caller.
         unsafe { self.links(n) }.set_parent(p);
+    }
+
+    /// Whether this side keeps heights (copy 0 of nodes that have one).
+    #[inline(always)]
+    fn keeps_heights(&self) -> bool {
+        self.copy == 0 && N::HAS_HEIGHT
+    }
+
+    /// The height of `n`'s subtree (0 for nil).
+    ///
+    /// # Safety
+    /// `n` is null or live; this side keeps heights.
+    unsafe fn height_of(n: *mut N) -> usize {
+        // SAFETY: null or live (caller).
+        unsafe { n.as_ref() }.map_or(0, |n| n.height().map_or(0, |h| h.get()))
+    }
+
+    /// Recomputes `n`'s height from its children's; whether it changed.
+    ///
+    /// # Safety
+    /// `n` is a live node of this copy; this side keeps heights, and its
+    /// children's heights are right.
+    unsafe fn fix_height(&self, n: *mut N) -> bool {
+        // SAFETY: `n` and its children are live nodes of this copy (caller).
+        unsafe {
+            let l = Self::height_of(self.child(n, Dir::Left));
+            let r = Self::height_of(self.child(n, Dir::Right));
+            let h = 1 + l.max(r);
+            let Some(word) = (*n).height() else {
+                return false;
+            };
+            if word.get() == h {
+                return false;
+            }
+            word.set(h);
+            true
+        }
+    }
+
+    /// After `n`'s children changed: recomputes the heights from `n` up,
+    /// until a node above `through` (null: any node) keeps its height; the
+    /// nodes above it cannot change then. A no-op on a side that keeps no
+    /// heights.
+    ///
+    /// # Safety
+    /// `n` is null or a live node of this copy; every node whose children
+    /// changed is `n`, `through` or on the path between them, and every
+    /// other node's height is right.
+    unsafe fn propagate(&self, mut n: *mut N, through: *mut N) {
+        if !self.keeps_heights() {
+            return;
+        }
+        let mut forced = !through.is_null();
+        // SAFETY: `n` and its ancestors are live nodes of this copy; each
+        // is fixed after its children (caller, and the walk goes up).
+        unsafe {
+            while !n.is_null() {
+                let changed = self.fix_height(n);
+                if n == through {
+                    forced = false;
+                }
+                if !changed && !forced {
+                    return;
+                }
+                n = self.parent(n);
+            }
+        }
+    }
+
+    /// Recomputes every node's height from scratch, bottom up (a rollback's
+    /// copy 0, relinked like copy 1 whatever its heights said). A no-op on
+    /// a side that keeps no heights.
+    ///
+    /// # Safety
+    /// The copy is a valid tree of live nodes.
+    pub(crate) unsafe fn recompute_heights(&self) {
+        /// The height of `n`'s subtree, recorded in each of its nodes.
+        ///
+        /// # Safety
+        /// `n` is null or a live node of `side`'s copy.
+        unsafe fn walk<N: Linked>(side: &Side<'_, N>, n: *mut N) -> usize {
+            if n.is_null() {
+                return 0;
+            }
+            // SAFETY: `n` and its descendants are live nodes of the copy;
+            // the recursion is as deep as the tree (at most `MAX_DEPTH`).
+            unsafe {
+                let l = walk(side, side.child(n, Dir::Left));
+                let r = walk(side, side.child(n, Dir::Right));
+                let h = 1 + l.max(r);
+                if let Some(word) = (*n).height() {
+                    word.set(h);
+                }
+                h
+            }
+        }
+        if self.keeps_heights() {
+            // SAFETY: the copy's nodes are live (caller).
+            unsafe { walk(self, self.root()) };
+        }
     }
 
     /// Points `parent`'s link that held `old` (or the root) at `new`.
@@ -125,6 +234,13 @@ impl<'t, N: Linked> Side<'t, N> {
             self.set_parent(x, y);
             self.set_parent(y, p);
             self.change_child(x, y, p);
+            if self.keeps_heights() {
+                // `x`'s children, then `y`'s (now `x` among them), then
+                // up from `p`: only these nodes' subtrees changed.
+                self.fix_height(x);
+                self.fix_height(y);
+                self.propagate(p, ptr::null_mut());
+            }
         }
     }
 
@@ -144,11 +260,17 @@ impl<'t, N: Linked> Side<'t, N> {
             l.set_child(Dir::Left, core::ptr::null_mut());
             l.set_child(Dir::Right, core::ptr::null_mut());
             l.set_parent_color(parent, false);
+            if self.keeps_heights()
+                && let Some(h) = (*node).height()
+            {
+                h.set(1);
+            }
             if parent.is_null() {
                 self.set_root(node);
             } else {
                 self.set_child(parent, dir, node);
             }
+            self.propagate(parent, ptr::null_mut());
             let mut z = node;
             loop {
                 let mut p = self.parent(z);
@@ -214,11 +336,12 @@ impl<'t, N: Linked> Side<'t, N> {
         unsafe {
             let zl = self.child(z, Dir::Left);
             let zr = self.child(z, Dir::Right);
-            let (x, xp, removed_black);
+            let (x, xp, removed_black, moved);
             if zl.is_null() || zr.is_null() {
                 x = if zl.is_null() { zr } else { zl };
                 xp = self.parent(z);
                 removed_black = !self.is_red(z);
+                moved = ptr::null_mut();
                 self.transplant(z, x);
             } else {
                 // Two children: the successor `y` takes `z`'s place.
@@ -231,6 +354,7 @@ impl<'t, N: Linked> Side<'t, N> {
                     y = l;
                 }
                 removed_black = !self.is_red(y);
+                moved = y;
                 x = self.child(y, Dir::Right);
                 if self.parent(y) == z {
                     xp = y;
@@ -240,11 +364,22 @@ impl<'t, N: Linked> Side<'t, N> {
                     self.set_child(y, Dir::Right, zr);
                     self.set_parent(zr, y);
                 }
+                if self.keeps_heights()
+                    && let (Some(zh), Some(yh)) = ((*z).height(), (*y).height())
+                {
+                    // `y` takes `z`'s place: it starts from `z`'s height, so
+                    // that `propagate` below stops above it only where the
+                    // place's height did not change.
+                    yh.set(zh.get());
+                }
                 self.transplant(z, y);
                 self.set_child(y, Dir::Left, zl);
                 self.set_parent(zl, y);
                 self.set_black(y, !self.is_red(z));
             }
+            // Only `xp` (which lost a child) and `y` (which took `z`'s
+            // children) changed children, and `y` is `xp` or above it.
+            self.propagate(xp, moved);
             if removed_black {
                 self.erase_fixup(x, xp);
             }
@@ -314,6 +449,11 @@ impl<'t, N: Linked> Side<'t, N> {
         unsafe {
             let lo = self.links(old);
             self.links(new).copy_from(lo);
+            if self.keeps_heights()
+                && let (Some(o), Some(n)) = ((*old).height(), (*new).height())
+            {
+                n.set(o.get());
+            }
             for dir in [Dir::Left, Dir::Right] {
                 let c = lo.load_child(dir);
                 if !c.is_null() {

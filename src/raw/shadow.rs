@@ -125,10 +125,20 @@ impl<N: Linked> Shadow<N> {
         let full = (self.shape_len + 1).ilog2() as usize;
         // SAFETY: `node` is live (caller).
         let links = |copy| unsafe { node.as_ref() }.links(copy);
+        // SAFETY: as above.
+        if let Some(h) = unsafe { node.as_ref() }.height() {
+            // Its subtree's height in the balanced shape, which the shadow
+            // has once every node is placed (no insert or erase comes
+            // before: see above).
+            h.set(spot.height);
+        }
         for copy in 0..2 {
             let l = links(copy);
-            l.set_child(Dir::Left, ptr::null_mut());
-            l.set_child(Dir::Right, ptr::null_mut());
+            // SAFETY: null children.
+            unsafe {
+                l.set_child(Dir::Left, ptr::null_mut());
+                l.set_child(Dir::Right, ptr::null_mut());
+            }
             l.set_parent_color(parent, spot.depth < full);
             if parent.is_null() {
                 // Release, the one link-store order (module docs).
@@ -136,7 +146,8 @@ impl<N: Linked> Shadow<N> {
             } else {
                 // SAFETY: `parent` is a placed, live shadow node (caller:
                 // parents first).
-                unsafe { (*parent).links(copy) }.set_child(spot.dir, n);
+                // `n` is live and filled (caller).
+                unsafe { (*parent).links(copy).set_child(spot.dir, n) };
             }
         }
         self.len += 1;

@@ -2,34 +2,57 @@
 //! at the end of each test. These are the tests Miri runs under the default
 //! (Stacked Borrows) model with strict provenance.
 
-use super::{Dir, LinkRef, Linked, Links, RawTree, Slot};
+use super::{Dir, Height, KidKeys, LinkRef, Linked, Links, RawTree, Slot};
 use alloc::sync::Arc;
 use core::ptr::NonNull;
 use std::collections::BTreeSet;
 
-struct Node {
-    links: [Links<Node>; 2],
+/// A test node. With `EXTRAS` (the default) it keeps everything a node may
+/// keep: copy 0 caches its children's keys and records its height, as
+/// `AddrIndex`'s range nodes do, so that these tests (and Miri's run of
+/// them) check that bookkeeping too. Without, it keeps only links, as
+/// `LatchTree`'s nodes do (a plan from the black height, or the balanced
+/// shape's after a rebuild).
+struct Node<const EXTRAS: bool = true> {
+    links: [Links<Node<EXTRAS>>; 2],
+    keys: KidKeys,
+    height: Height,
     key: u64,
 }
 
 // SAFETY: two distinct link sets, indexed by copy.
-unsafe impl Linked for Node {
+unsafe impl<const EXTRAS: bool> Linked for Node<EXTRAS> {
     fn links(&self, copy: usize) -> LinkRef<'_, Self> {
-        self.links[copy].get()
+        if copy == 0 && EXTRAS {
+            self.links[0].with_keys(&self.keys)
+        } else {
+            self.links[copy].get()
+        }
+    }
+
+    const COPY0_KID_KEYS: bool = EXTRAS;
+    const HAS_HEIGHT: bool = EXTRAS;
+
+    fn search_key(&self) -> u64 {
+        self.key
+    }
+
+    fn height(&self) -> Option<&Height> {
+        EXTRAS.then_some(&self.height)
     }
 }
 
 /// A raw tree plus every node ever allocated (freed on drop, never before,
 /// so that concurrent readers may stand on released nodes).
-struct Harness {
-    tree: RawTree<Node, ()>,
-    all: std::sync::Mutex<Vec<NonNull<Node>>>,
+struct Harness<const EXTRAS: bool = true> {
+    tree: RawTree<Node<EXTRAS>, ()>,
+    all: std::sync::Mutex<Vec<NonNull<Node<EXTRAS>>>>,
 }
 
 // SAFETY: nodes hold only atomics and a `u64` written before publication.
-unsafe impl Send for Harness {}
+unsafe impl<const E: bool> Send for Harness<E> {}
 // SAFETY: as above.
-unsafe impl Sync for Harness {}
+unsafe impl<const E: bool> Sync for Harness<E> {}
 
 impl Harness {
     fn new() -> Self {
@@ -38,10 +61,24 @@ impl Harness {
             all: std::sync::Mutex::new(Vec::new()),
         }
     }
+}
 
-    fn alloc(&self, key: u64) -> NonNull<Node> {
+impl Harness<false> {
+    /// Nodes with links only (`LatchTree`'s kind).
+    fn plain() -> Self {
+        Harness {
+            tree: RawTree::new(()),
+            all: std::sync::Mutex::new(Vec::new()),
+        }
+    }
+}
+
+impl<const E: bool> Harness<E> {
+    fn alloc(&self, key: u64) -> NonNull<Node<E>> {
         let n = NonNull::from(Box::leak(Box::new(Node {
             links: [Links::new(), Links::new()],
+            keys: KidKeys::new(),
+            height: Height::new(),
             key,
         })));
         self.all.lock().unwrap().push(n);
@@ -94,7 +131,7 @@ impl Harness {
     /// depths (a node's depth: the nodes on its path, itself included) and
     /// its published plan.
     fn shape(&self) -> (usize, usize, super::descent::Descent) {
-        fn walk(n: *mut Node, depth: usize, sum: &mut usize) -> usize {
+        fn walk<const E: bool>(n: *mut Node<E>, depth: usize, sum: &mut usize) -> usize {
             // SAFETY: nodes are freed only when the harness drops; no write
             // runs (the caller's thread is the only writer).
             unsafe { n.as_ref() }.map_or(depth - 1, |node| {
@@ -160,7 +197,7 @@ impl Harness {
     }
 }
 
-impl Drop for Harness {
+impl<const E: bool> Drop for Harness<E> {
     fn drop(&mut self) {
         for n in self.all.get_mut().unwrap().drain(..) {
             // SAFETY: each pointer came from `Box::leak` and is freed once.
@@ -305,8 +342,11 @@ fn chain(h: &Harness, n: usize) -> Vec<NonNull<Node>> {
             } else {
                 nodes[i - 1].as_ptr()
             };
-            l.set_child(Dir::Left, core::ptr::null_mut());
-            l.set_child(Dir::Right, next);
+            // SAFETY: null or a node of the harness.
+            unsafe {
+                l.set_child(Dir::Left, core::ptr::null_mut());
+                l.set_child(Dir::Right, next);
+            }
             l.set_parent_color(prev, true);
         }
         h.tree.shared.heads[copy]
@@ -492,11 +532,12 @@ fn an_exact_plan_one_trip_short_misleads_readers_and_the_checker_catches_it() {
 /// round 2's lookups slow; every `len / 8` updates a write relinks both
 /// copies into the balanced shape, after which readers follow an exact plan
 /// of the balanced height, and in between the average path stays within one
-/// node of the balanced tree's.
+/// node of the balanced tree's. (Nodes without heights: with them, every
+/// plan is exact, see `heights_give_every_shape_an_exact_plan`.)
 #[test]
 fn sequential_inserts_are_rebuilt_into_the_balanced_shape() {
     for descending in [false, true] {
-        let h = Harness::new();
+        let h = Harness::plain();
         let n: u64 = if cfg!(miri) { 48 } else { 1200 };
         let mut rebuilds = 0;
         for i in 0..n {
@@ -522,13 +563,68 @@ fn sequential_inserts_are_rebuilt_into_the_balanced_shape() {
     }
 }
 
+/// Nodes that keep their heights give every copy within `EXACT_SLACK`
+/// levels of the balanced height an exact plan of exactly its height,
+/// whatever shape the writes left (ascending, descending and random
+/// inserts, erases, batches, rollbacks, rebuilds), and random writes keep
+/// it there: readers do not take a branchy tail. The checker verifies each
+/// node's recorded height and cached child keys after every write.
+#[test]
+fn heights_give_every_shape_an_exact_plan() {
+    let n: u64 = if cfg!(miri) { 40 } else { 600 };
+    for order in 0..3u64 {
+        let h = Harness::new();
+        let mut rng = 0x9E37_79B9_7F4A_7C15 ^ order;
+        let mut set = BTreeSet::new();
+        let mut tall = 0;
+        for i in 0..2 * n {
+            let k = match order {
+                0 => i % n,
+                1 => n - i % n,
+                _ => xorshift(&mut rng) % n,
+            };
+            // Inserts while growing, then as many erases or inserts.
+            let insert = i < n || xorshift(&mut rng).is_multiple_of(3);
+            let panic_after = (i % 37 == 36).then_some(1);
+            let ops = [(insert, k), (!insert, k ^ 1)];
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                h.apply(&ops, panic_after)
+            }));
+            if r.is_ok() {
+                for (ins, k) in ops {
+                    if ins {
+                        set.insert(k);
+                    } else {
+                        set.remove(&k);
+                    }
+                }
+            }
+            if !cfg!(miri) || i % 8 == 0 {
+                h.check();
+            }
+            let (height, _, plan) = h.shape();
+            let balanced = super::descent::balanced_height(set.len());
+            if height <= balanced + super::tree::EXACT_SLACK {
+                assert!(plan.exact, "order {order}, write {i}: a tail plan");
+                assert_eq!(plan.trips, height, "order {order}, write {i}");
+            } else {
+                tall += 1;
+            }
+        }
+        if order == 2 {
+            assert_eq!(tall, 0, "random writes left a copy too tall");
+        }
+        assert_eq!(h.keys(), set.into_iter().collect::<Vec<_>>());
+    }
+}
+
 /// Past `IN_PLACE_MAX` nodes no commit rebuilds on its own (no write
 /// relinks the whole tree), the shape stays red-black (checked), and an
 /// explicit rebuild still gives the exact plan.
 #[test]
 #[cfg_attr(miri, ignore = "grows past 4096 nodes")]
 fn large_trees_are_rebuilt_only_when_asked() {
-    let h = Harness::new();
+    let h = Harness::plain();
     let max = super::txn::IN_PLACE_MAX;
     let (mut below, mut above) = (0, 0);
     for k in 0..(max + max / 2) as u64 {
