@@ -108,7 +108,7 @@ unsafe impl<M> Linked for RangeNode<M> {
     #[inline(always)]
     fn links(&self, copy: usize) -> LinkRef<'_, Self> {
         if copy == 0 {
-            LinkRef::with_keys(&self.hot, &self.hot_parent, &self.hot_keys)
+            LinkRef::with_keys(self, &self.hot, &self.hot_parent, &self.hot_keys)
         } else {
             self.cold.get()
         }

@@ -122,7 +122,7 @@ fn copy0_extras<N: Linked>(n: *mut N) -> Result<usize, String> {
         h[i] = copy0_extras(c)?;
         if N::COPY0_KID_KEYS {
             // SAFETY: as above.
-            let want = unsafe { c.as_ref() }.map_or(0, N::search_key);
+            let want = unsafe { c.as_ref() }.map_or_else(|| node.search_key(), N::search_key);
             if l.load_child_key(dir) != Some(want) {
                 return Err(format!(
                     "a cached child key is {:?}, the child's key {want}",

@@ -193,10 +193,9 @@ impl<'g, N: Linked> View<'g, N> {
                 cand = core::hint::select_unpredictable(go, cur, cand);
                 let dir = Dir::toward(go);
                 let next = links.load_child(dir);
-                let next_key = links.load_child_key(dir).unwrap_or(0);
-                let nil = next.is_null();
-                cur = core::hint::select_unpredictable(nil, cur, next);
-                cur_key = core::hint::select_unpredictable(nil, cur_key, next_key);
+                // A nil child's cached key is the node's own (`KidKeys`).
+                cur_key = links.load_child_key(dir).unwrap_or(cur_key);
+                cur = core::hint::select_unpredictable(next.is_null(), cur, next);
             }
         } else {
             for _ in 0..plan.trips {

@@ -86,9 +86,9 @@ pub(crate) struct Kids<N>([AtomicPtr<N>; 2]);
 /// ([`Linked::search_key`]), `[left, right]`, each beside its link: a
 /// descent that has the key of the node it stands on knows its child's key
 /// the moment it knows the child, without a load through the child
-/// (`View::search_by_key`). A nil child's entry is 0 (never read as a
-/// key: a walk stands still there). Every store of a link through a
-/// [`LinkRef`] that has them stores the child's key too.
+/// (`View::search_by_key`). A nil child's entry is the node's own key, so
+/// that a walk standing still there keeps the key it had. Every store of a
+/// link through a [`LinkRef`] that has them stores the child's key too.
 pub(crate) struct KidKeys([AtomicU64; 2]);
 
 impl KidKeys {
@@ -182,10 +182,11 @@ impl<N> Links<N> {
         LinkRef::new(&self.kids, &self.parent)
     }
 
-    /// A view of these links with `keys` caching the children's keys.
+    /// A view of these links, those of `node`, with `keys` caching the
+    /// children's keys.
     #[cfg(test)]
-    pub(crate) fn with_keys<'a>(&'a self, keys: &'a KidKeys) -> LinkRef<'a, N> {
-        LinkRef::with_keys(&self.kids, &self.parent, keys)
+    pub(crate) fn with_keys<'a>(&'a self, node: &'a N, keys: &'a KidKeys) -> LinkRef<'a, N> {
+        LinkRef::with_keys(node, &self.kids, &self.parent, keys)
     }
 }
 
@@ -193,7 +194,8 @@ impl<N> Links<N> {
 pub(crate) struct LinkRef<'a, N> {
     kids: &'a Kids<N>,
     parent: &'a Parent<N>,
-    keys: Option<&'a KidKeys>,
+    /// The key cache and the node whose links these are.
+    keys: Option<(&'a KidKeys, &'a N)>,
 }
 
 impl<N> Clone for LinkRef<'_, N> {
@@ -215,23 +217,30 @@ impl<'a, N> LinkRef<'a, N> {
         }
     }
 
-    /// The links made of `kids` and `parent`, with `keys` caching the
-    /// children's search keys.
+    /// The links of `node` made of `kids` and `parent`, with `keys` caching
+    /// the children's search keys.
     #[inline(always)]
-    pub(crate) fn with_keys(kids: &'a Kids<N>, parent: &'a Parent<N>, keys: &'a KidKeys) -> Self {
+    pub(crate) fn with_keys(
+        node: &'a N,
+        kids: &'a Kids<N>,
+        parent: &'a Parent<N>,
+        keys: &'a KidKeys,
+    ) -> Self {
         LinkRef {
             kids,
             parent,
-            keys: Some(keys),
+            keys: Some((keys, node)),
         }
     }
 
     /// Reader load of the cached search key of the child `dir` leads to
-    /// (0 where it is nil), or `None` if these links cache none. `Relaxed`:
+    /// (the node's own where it is nil), or `None` if these links cache
+    /// none. `Relaxed`:
     /// a word of this copy like the others, validated by the latch.
     #[inline(always)]
     pub(crate) fn load_child_key(self, dir: Dir) -> Option<u64> {
-        self.keys.map(|k| k.0[dir as usize].load(Ordering::Relaxed))
+        self.keys
+            .map(|(k, _)| k.0[dir as usize].load(Ordering::Relaxed))
     }
 
     /// Reader load of a child link. `Acquire` pairs with the `Release` in
@@ -254,9 +263,11 @@ impl<'a, N> LinkRef<'a, N> {
     where
         N: Linked,
     {
-        if let Some(keys) = self.keys {
+        if let Some((keys, node)) = self.keys {
+            // A nil child's entry is the node's own key: a walk that stands
+            // still there keeps its key without a select.
             // SAFETY: non-null, so live (caller).
-            let key = unsafe { child.as_ref() }.map_or(0, N::search_key);
+            let key = unsafe { child.as_ref() }.map_or_else(|| node.search_key(), N::search_key);
             keys.0[dir as usize].store(key, Ordering::Relaxed);
         }
         self.kids.0[dir as usize].store(child, link_store_order());

@@ -24,7 +24,7 @@ struct Node<const EXTRAS: bool = true> {
 unsafe impl<const EXTRAS: bool> Linked for Node<EXTRAS> {
     fn links(&self, copy: usize) -> LinkRef<'_, Self> {
         if copy == 0 && EXTRAS {
-            self.links[0].with_keys(&self.keys)
+            self.links[0].with_keys(self, &self.keys)
         } else {
             self.links[copy].get()
         }
