@@ -52,15 +52,19 @@ fn containing<T>(cand: Option<&Node<T>>, addr: u64) -> Option<&Node<T>> {
     cand.filter(|n| addr < n.end.load(Ordering::Relaxed))
 }
 
+/// The fields of the search's candidate if its range contains `addr`
+/// (`containing`), each word read once.
+#[inline(always)]
+fn containing_hit<T>(cand: Option<&Node<T>>, addr: u64) -> Option<RawHit> {
+    cand.map(raw_hit).filter(|h| addr < h.end)
+}
+
 impl<T> AddrIndex<T> {
-    /// Finds the range containing `addr` in a stable copy and copies its
-    /// fields out, before validation. `Some(None)`: no such range.
+    /// Finds the node that may hold `addr` in a stable copy: the one with
+    /// the greatest start at or below it (`Some(None)`: none, or `addr`
+    /// lies outside the copy's bounds). `None`: the walk broke its bound.
     #[inline(always)]
-    pub(super) fn find<'a>(
-        &'a self,
-        view: View<'a, Node<T>>,
-        addr: u64,
-    ) -> Option<Option<(RawHit, *mut Record<T>)>> {
+    fn candidate<'a>(&'a self, view: View<'a, Node<T>>, addr: u64) -> Option<Option<&'a Node<T>>> {
         let b = &self.bounds[view.copy()].0;
         // Relaxed: validated by the latch like every other word read here.
         if addr < b[0].load(Ordering::Relaxed) || addr >= b[1].load(Ordering::Relaxed) {
@@ -69,7 +73,19 @@ impl<T> AddrIndex<T> {
         // Branch-free descent to a leaf, keeping the last node that starts
         // at or below `addr`: the only range that can contain it.
         // Relaxed: see `raw_hit`.
-        let cand = view.search_by_key(|n| n.start.load(Ordering::Relaxed), |s| addr >= s)?;
+        view.search_by_key(|n| n.start.load(Ordering::Relaxed), |s| addr >= s)
+    }
+
+    /// Finds the range containing `addr` in a stable copy and copies its
+    /// fields and record out, before validation. `Some(None)`: no such
+    /// range.
+    #[inline(always)]
+    pub(super) fn find<'a>(
+        &'a self,
+        view: View<'a, Node<T>>,
+        addr: u64,
+    ) -> Option<Option<(RawHit, *mut Record<T>)>> {
+        let cand = self.candidate(view, addr)?;
         // Read the candidate's fields before validation, like every field.
         Some(containing(cand, addr).map(hit_and_record))
     }
@@ -87,7 +103,9 @@ impl<T> AddrIndex<T> {
     /// ```
     #[inline]
     pub fn lookup(&self, addr: u64) -> Option<RawHit> {
-        self.read(|view| self.find(view, addr)).map(|(hit, _)| hit)
+        // Read the candidate's fields before validation, like every field
+        // (not its record: a `lookup` never dereferences one).
+        self.read(|view| Some(containing_hit(self.candidate(view, addr)?, addr)))
     }
 
     /// [`lookup`](AddrIndex::lookup) of `K` addresses at once, all answered
