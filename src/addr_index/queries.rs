@@ -87,7 +87,7 @@ impl<T> AddrIndex<T> {
     ) -> Option<Option<(RawHit, *mut Record<T>)>> {
         let cand = self.candidate(view, addr)?;
         // Read the candidate's fields before validation, like every field.
-        Some(containing(cand, addr).map(hit_and_record))
+        Some(cand.map(hit_and_record).filter(|(h, _)| addr < h.end))
     }
 
     /// The range containing `addr`, with its module's id, base, tag and the

@@ -91,11 +91,15 @@ pub(crate) fn van_emde_boas(len: usize) -> Vec<usize> {
 #[derive(Clone, Debug)]
 pub(crate) struct VebOrder {
     stack: Vec<Frame>,
+    /// Whether each spot says its subtree's height (for a shadow that keeps
+    /// heights, `shadow.rs`: up to `HEIGHTS_MAX` nodes); else 0.
+    heights: bool,
 }
 
 /// Where a node of the balanced shape goes: its key-order rank, its
 /// parent's rank (`None` for the root), which child of it the node is, its
-/// depth (the root's is 0) and the height of its subtree.
+/// depth (the root's is 0) and the height of its subtree (0 from an order
+/// over more than `HEIGHTS_MAX` nodes, whose shadows keep no heights).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Spot {
     pub(crate) rank: usize,
@@ -141,6 +145,7 @@ impl VebOrder {
                 levels: balanced_height(len),
                 up,
             }],
+            heights: len <= super::txn::HEIGHTS_MAX,
         }
     }
 }
@@ -180,7 +185,11 @@ impl Iterator for VebOrder {
                         }
                         return Some(Spot {
                             rank: m,
-                            height: balanced_height(keys.len()),
+                            height: if self.heights {
+                                balanced_height(keys.len())
+                            } else {
+                                0
+                            },
                             ..up
                         });
                     }

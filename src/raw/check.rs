@@ -10,9 +10,9 @@
 //!   published descent plan (`descent.rs`) is exact and equals the height,
 //!   or is not and equals the black height;
 //! * the two copies hold the same nodes with the same shape and colours;
-//! * in copy 0, for nodes that keep them: every node's recorded height is
-//!   its subtree's, and every cached child key is its child's key
-//!   (`links.rs`: `Height`, `KidKeys`).
+//! * in copy 0, for nodes that keep them: every cached child key is its
+//!   child's key, and (while the writer keeps them) every node's recorded
+//!   height is its subtree's (`links.rs`: `KidKeys`, `Height`).
 
 use super::descent::Descent;
 use super::links::{Dir, Linked};
@@ -35,6 +35,7 @@ struct Shape {
 /// See the module docs.
 pub(crate) fn check<N: Linked>(
     seq: u64,
+    heights: bool,
     roots: [&AtomicPtr<N>; 2],
     lens: [usize; 2],
     descents: [usize; 2],
@@ -76,7 +77,7 @@ pub(crate) fn check<N: Linked>(
             ));
         }
         if copy == 0 {
-            copy0_extras(root).map_err(|e| format!("copy 0: {e}"))?;
+            copy0_extras(root, heights).map_err(|e| format!("copy 0: {e}"))?;
         }
         if order.len() != lens[copy] {
             return Err(format!(
@@ -107,10 +108,11 @@ pub(crate) fn check<N: Linked>(
     Ok(())
 }
 
-/// Checks copy 0's recorded heights and cached child keys under `n`, where
-/// the nodes keep them; returns the subtree's height. Runs after
+/// Checks copy 0's cached child keys under `n`, where the nodes keep them,
+/// and its recorded heights if `heights` (the writer keeps them: see
+/// `txn::Shape::heights`); returns the subtree's height. Runs after
 /// `subtree` accepted the copy (a tree, within `MAX_DEPTH`).
-fn copy0_extras<N: Linked>(n: *mut N) -> Result<usize, String> {
+fn copy0_extras<N: Linked>(n: *mut N, heights: bool) -> Result<usize, String> {
     // SAFETY: at rest every node reachable from a root is live.
     let Some(node) = (unsafe { n.as_ref() }) else {
         return Ok(0);
@@ -119,7 +121,7 @@ fn copy0_extras<N: Linked>(n: *mut N) -> Result<usize, String> {
     let mut h = [0; 2];
     for (i, dir) in [Dir::Left, Dir::Right].into_iter().enumerate() {
         let c = l.load_child(dir);
-        h[i] = copy0_extras(c)?;
+        h[i] = copy0_extras(c, heights)?;
         if N::COPY0_KID_KEYS {
             // SAFETY: as above.
             let want = unsafe { c.as_ref() }.map_or_else(|| node.search_key(), N::search_key);
@@ -132,7 +134,7 @@ fn copy0_extras<N: Linked>(n: *mut N) -> Result<usize, String> {
         }
     }
     let height = 1 + h[0].max(h[1]);
-    if N::HAS_HEIGHT {
+    if N::HAS_HEIGHT && heights {
         let recorded = node.height().map(|h| h.get());
         if recorded != Some(height) {
             return Err(format!(

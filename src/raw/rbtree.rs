@@ -12,10 +12,11 @@
 //! pointers, which count as black.
 //!
 //! Nodes that keep a [`Height`](super::links::Height) have it kept here on
-//! copy 0 (the copy whose shape a write's plan is taken from): a node's
-//! height is recomputed whenever its children change (`fix_height`), and
-//! the change carried up its ancestors until one keeps its height
-//! (`propagate`). Copy 1's replay leaves heights alone.
+//! copy 0 (the copy whose shape a write's plan is taken from), by a side
+//! made with [`Side::keeping_heights`]: a node's height is recomputed
+//! whenever its children change (`fix_height`), and the change carried up
+//! its ancestors until one keeps its height (`propagate`). Copy 1's replay
+//! and the shadow (`shadow.rs`) leave heights alone.
 
 use super::links::{Dir, LinkRef, Linked, link_store_order};
 use crate::sync::{AtomicPtr, Ordering};
@@ -25,11 +26,28 @@ use core::ptr;
 pub(crate) struct Side<'t, N> {
     root: &'t AtomicPtr<N>,
     copy: usize,
+    /// Keeps the nodes' heights (copy 0 of nodes that have one, while the
+    /// tree's shape says they are kept: `txn::Shape::heights`).
+    heights: bool,
 }
 
 impl<'t, N: Linked> Side<'t, N> {
+    /// A side that keeps no heights.
     pub(crate) fn new(root: &'t AtomicPtr<N>, copy: usize) -> Self {
-        Side { root, copy }
+        Side {
+            root,
+            copy,
+            heights: false,
+        }
+    }
+
+    /// Copy 0, keeping its nodes' heights if `heights` (and they have one).
+    pub(crate) fn keeping_heights(root: &'t AtomicPtr<N>, heights: bool) -> Self {
+        Side {
+            root,
+            copy: 0,
+            heights: heights && N::HAS_HEIGHT,
+        }
     }
 
     pub(crate) fn root(&self) -> *mut N {
@@ -94,10 +112,10 @@ impl<'t, N: Linked> Side<'t, N> {
         unsafe { self.links(n) }.set_parent(p);
     }
 
-    /// Whether this side keeps heights (copy 0 of nodes that have one).
+    /// Whether this side keeps heights.
     #[inline(always)]
     fn keeps_heights(&self) -> bool {
-        self.copy == 0 && N::HAS_HEIGHT
+        self.heights
     }
 
     /// The height of `n`'s subtree (0 for nil).

@@ -17,7 +17,7 @@ use super::build::Spot;
 use super::links::link_store_order;
 use super::links::{Dir, Linked};
 use super::rbtree::Side;
-use super::txn::{Op, Shape, Slot, Txn};
+use super::txn::{HEIGHTS_MAX, Op, Shape, Slot, Txn};
 use crate::sync::{AtomicPtr, Ordering};
 use alloc::vec;
 use alloc::vec::Vec;
@@ -50,6 +50,10 @@ pub(crate) struct Shadow<N> {
     /// take on at adoption), and the deepest insert among them.
     pub(super) updates: usize,
     pub(super) deepest: usize,
+    /// The shadow keeps its nodes' heights (set by `place`, kept by
+    /// `insert` and `erase`) as copy 0 does (`txn::Shape::heights`): while
+    /// it never held more than [`HEIGHTS_MAX`] nodes.
+    heights: bool,
 }
 
 impl<N> core::fmt::Debug for Shadow<N> {
@@ -75,6 +79,7 @@ impl<N: Linked> Shadow<N> {
             placed: Vec::new(),
             updates: 0,
             deepest: 0,
+            heights: shape_len <= HEIGHTS_MAX,
         }
     }
 
@@ -88,7 +93,11 @@ impl<N: Linked> Shadow<N> {
     }
 
     fn side(&self, copy: usize) -> Side<'_, N> {
-        Side::new(&self.roots[copy], copy)
+        if copy == 0 {
+            Side::keeping_heights(&self.roots[0], self.heights)
+        } else {
+            Side::new(&self.roots[1], 1)
+        }
     }
 
     /// Links `node` at `spot` of the balanced shape over `shape_len` nodes
@@ -125,8 +134,10 @@ impl<N: Linked> Shadow<N> {
         let full = (self.shape_len + 1).ilog2() as usize;
         // SAFETY: `node` is live (caller).
         let links = |copy| unsafe { node.as_ref() }.links(copy);
-        // SAFETY: as above.
-        if let Some(h) = unsafe { node.as_ref() }.height() {
+        if self.heights
+            // SAFETY: as above.
+            && let Some(h) = unsafe { node.as_ref() }.height()
+        {
             // Its subtree's height in the balanced shape, which the shadow
             // has once every node is placed (no insert or erase comes
             // before: see above).
@@ -174,6 +185,9 @@ impl<N: Linked> Shadow<N> {
         let Slot::Vacant { parent, dir, depth } = slot else {
             unreachable!("insert into an occupied slot")
         };
+        if self.len + 1 > HEIGHTS_MAX {
+            self.heights = false;
+        }
         for copy in 0..2 {
             // SAFETY: caller; both link sets have the same shape, so the
             // slot found in set 0 is vacant in set 1 too.
@@ -240,6 +254,7 @@ impl<N: Linked> Txn<'_, N> {
             updates: shadow.updates,
             deepest: shadow.deepest,
             deferred: false,
+            heights: shadow.heights,
         };
     }
 }

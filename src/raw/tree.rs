@@ -272,7 +272,7 @@ impl<N: Linked, W> RawTree<N, W> {
             }
             Err(panic) => {
                 // SAFETY: writer lock held, seq odd: readers are on copy 1.
-                unsafe { self.rollback() };
+                unsafe { self.rollback(shape_before.heights) };
                 *shape = shape_before;
                 // Relaxed: the writer's own word.
                 let plan = Descent::from_word(s.heads[1].descent.load(Ordering::Relaxed));
@@ -311,7 +311,7 @@ impl<N: Linked, W> RawTree<N, W> {
         if shape.updates == 0 {
             return Descent::balanced(len);
         }
-        if N::HAS_HEIGHT {
+        if N::HAS_HEIGHT && shape.heights {
             let root = s.heads[0].root.load(Ordering::Relaxed);
             // SAFETY: null or a live node (writer lock held).
             let height = unsafe { root.as_ref() }
@@ -359,11 +359,12 @@ impl<N: Linked, W> RawTree<N, W> {
             .store(plan.word(), Ordering::Relaxed);
     }
 
-    /// Makes copy 0 identical to copy 1 again.
+    /// Makes copy 0 identical to copy 1 again, and its recorded heights
+    /// right if `heights` (the shape it goes back to keeps them).
     ///
     /// # Safety
     /// Writer lock held and `seq` odd (readers are on copy 1, untouched).
-    unsafe fn rollback(&self) {
+    unsafe fn rollback(&self, heights: bool) {
         let s = &self.shared;
         // SAFETY: copy 1 is the last committed version: only live nodes.
         let nodes = unsafe { nodes_in_order(s.heads[1].root.load(Ordering::Relaxed), 1) };
@@ -380,7 +381,7 @@ impl<N: Linked, W> RawTree<N, W> {
             .len
             .store(s.heads[1].len.load(Ordering::Relaxed), Ordering::Relaxed);
         // SAFETY: copy 0 now has copy 1's shape: a valid tree of live nodes.
-        unsafe { Side::new(&s.heads[0].root, 0).recompute_heights() };
+        unsafe { Side::keeping_heights(&s.heads[0].root, heights).recompute_heights() };
     }
 
     /// Makes `nodes` the whole content of this empty tree, in both copies,
@@ -468,10 +469,11 @@ impl<N: Linked, W> RawTree<N, W> {
         less: impl Fn(&N, &N) -> bool,
         then: impl FnOnce() -> Result<(), String>,
     ) -> Result<(), String> {
-        let _w = lock(&self.writer);
+        let w = lock(&self.writer);
         let s = &self.shared;
         super::check::check(
             s.latch.seq(),
+            w.shape.heights,
             [&s.heads[0].root, &s.heads[1].root],
             [
                 s.heads[0].len.load(Ordering::Relaxed),

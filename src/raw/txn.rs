@@ -96,7 +96,23 @@ pub(super) struct Shape {
     /// The front-end rebuilds on its own, over several transactions
     /// ([`Txn::defer_rebuilds`]): no commit rebuilds meanwhile.
     pub(super) deferred: bool,
+    /// Copy 0's recorded heights are right (`Linked::height`), so its plan
+    /// may be the exact one of its height. Kept while the tree holds at
+    /// most [`HEIGHTS_MAX`] nodes; a rebuild (or a clear) makes them right
+    /// again.
+    pub(super) heights: bool,
 }
+
+/// The most nodes for which copy 0's heights are kept through inserts and
+/// erases (`rbtree.rs`). Keeping them costs a walk up the changed path and
+/// after each rotation (sequential growth to 65 536: 6,400 -> 7,500
+/// instructions an insert, callgrind), while what they buy, an exact plan
+/// within two levels of the balanced height (`tree.rs`), pays most at small
+/// sizes (random growth at n = 84: 2.3-3.0 -> 1.6x a sorted `Vec`; at 4096,
+/// 1.9-2.2 -> 1.7x) and is rare at large ones (a tree of 262 144 grown in
+/// random order is three or more levels above balanced). The size of the
+/// largest in-place rebuild, which sets them again.
+pub(crate) const HEIGHTS_MAX: usize = IN_PLACE_MAX;
 
 /// The fewest updates between two automatic rebuilds: a small tree rebuilds
 /// in a few microseconds, but not after every write. Off under loom (its
@@ -109,6 +125,7 @@ impl Shape {
         updates: 0,
         deepest: 0,
         deferred: false,
+        heights: true,
     };
 
     /// Whether a commit rebuilds copy 0, of `len` nodes ([`rebuild_due`]),
@@ -176,7 +193,15 @@ pub(super) unsafe fn search<N: Linked>(
 
 impl<'t, N: Linked> Txn<'t, N> {
     fn side(&self) -> Side<'t, N> {
-        Side::new(&self.shared.heads[0].root, 0)
+        Side::keeping_heights(&self.shared.heads[0].root, self.shape.heights)
+    }
+
+    /// Before an update that leaves copy 0 with `len` nodes: stops keeping
+    /// heights past [`HEIGHTS_MAX`].
+    fn sizing_heights(&mut self, len: usize) {
+        if len > HEIGHTS_MAX {
+            self.shape.heights = false;
+        }
     }
 
     /// Flips `seq` to odd before the first change.
@@ -226,6 +251,7 @@ impl<'t, N: Linked> Txn<'t, N> {
         self.start();
         self.shape.updates += 1;
         self.shape.deepest = self.shape.deepest.max(depth);
+        self.sizing_heights(self.len() + 1);
         // SAFETY: caller.
         unsafe { self.side().insert(node.as_ptr(), parent, dir) };
         self.log.push(Op::Insert {
@@ -251,6 +277,7 @@ impl<'t, N: Linked> Txn<'t, N> {
     pub(crate) unsafe fn erase(&mut self, node: NonNull<N>) {
         self.start();
         self.shape.updates += 1;
+        self.sizing_heights(self.len());
         // SAFETY: caller: `node` is in copy 0.
         unsafe { self.side().erase(node.as_ptr()) };
         self.log.push(Op::Erase(node.as_ptr()));
@@ -263,6 +290,7 @@ impl<'t, N: Linked> Txn<'t, N> {
     /// As for [`Txn::erase`] for `old` and [`Txn::insert`] for `new`.
     pub(crate) unsafe fn replace(&mut self, old: NonNull<N>, new: NonNull<N>) {
         self.start();
+        self.sizing_heights(self.len());
         // SAFETY: caller.
         unsafe { self.side().replace(old.as_ptr(), new.as_ptr()) };
         self.log.push(Op::Replace {
