@@ -11,7 +11,10 @@
 //! ```
 //!
 //! Thread CPU time, median of round-robin repetitions; ns per lookup and the
-//! ratios to the `Vec` and the `BTreeMap` of the same cell.
+//! ratios to the `Vec` and the `BTreeMap` of the same cell; then one line
+//! per target of issue "Performance IV" that this run measured, with its
+//! ratio and whether it is met (at 262 144, against the `BTreeMap` built by
+//! `FromIterator`, the bulk cell's).
 
 use latchtree::AddrIndex;
 use latchtree_benches::peers::{btree_contains, vec_contains};
@@ -136,6 +139,8 @@ fn main() {
         }
     }
     println!("n\torder\tcontender\tns/lookup\tvs Vec\tvs BTreeMap");
+    // (n, order, contender) -> ns per lookup, for the targets.
+    let mut cells: Vec<(usize, &str, &str, f64)> = Vec::new();
     for &n in &sizes {
         let w = Workload::ranges(n, 0x6c6f_6f6b ^ n as u64);
         assert_eq!(w.queries.len(), QUERIES);
@@ -199,6 +204,7 @@ fn main() {
             ];
             let ns = round_robin(&mut runs, iters, reps);
             for ((name, _), t) in runs.iter().zip(&ns) {
+                cells.push((n, order.name(), name, *t));
                 println!(
                     "{n}\t{}\t{name}\t{t:.1}\t{:.2}\t{:.2}",
                     order.name(),
@@ -207,5 +213,54 @@ fn main() {
                 );
             }
         }
+    }
+    println!();
+    println!("targets (issue \"Performance IV\"; ratios measured in this run):");
+    let cell = |n: usize, order: &str, who: &str| {
+        cells
+            .iter()
+            .find(|c| c.0 == n && c.1 == order && c.2 == who)
+            .map(|c| c.3)
+    };
+    let line = |label: String, a: Option<f64>, b: Option<f64>, limit: f64| {
+        if let (Some(a), Some(b)) = (a, b) {
+            let x = a / b;
+            let verdict = if x <= limit { "met" } else { "MISSED" };
+            println!("  {label:<66} {x:>5.2}x  (target <= {limit}x)  {verdict}");
+        }
+    };
+    const LOOKUP: &str = "AddrIndex::lookup";
+    const MANY: &str = "AddrIndex::lookup_many";
+    for order in Order::ALL.map(Order::name) {
+        line(
+            format!("n=84 {order} lookup vs sorted Vec"),
+            cell(84, order, LOOKUP),
+            cell(84, order, "sorted Vec"),
+            1.25,
+        );
+        line(
+            format!("n=4096 {order} lookup vs BTreeMap"),
+            cell(4096, order, LOOKUP),
+            cell(4096, order, "BTreeMap"),
+            0.55,
+        );
+        line(
+            format!("n=262144 {order} lookup vs BTreeMap (FromIterator)"),
+            cell(262_144, order, LOOKUP),
+            cell(262_144, "bulk", "BTreeMap"),
+            1.5,
+        );
+        line(
+            format!("n=84 {order} lookup_many vs sorted Vec"),
+            cell(84, order, MANY),
+            cell(84, order, "sorted Vec"),
+            1.0,
+        );
+        line(
+            format!("n=262144 {order} lookup_many vs BTreeMap (FromIterator)"),
+            cell(262_144, order, MANY),
+            cell(262_144, "bulk", "BTreeMap"),
+            0.5,
+        );
     }
 }
