@@ -115,7 +115,9 @@ impl<'t, N: Linked> Side<'t, N> {
     /// Whether this side keeps heights.
     #[inline(always)]
     fn keeps_heights(&self) -> bool {
-        self.heights
+        // The type's answer first: for nodes without heights every check
+        // below folds away.
+        N::HAS_HEIGHT && self.heights
     }
 
     /// The height of `n`'s subtree (0 for nil).
