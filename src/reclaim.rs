@@ -335,10 +335,28 @@ pub fn pin() -> Guard {
 /// let guard = handle.pin();
 /// assert_eq!(tree.get(&1, &guard), Some(&"one"));
 /// ```
+#[inline]
 pub fn default_collector() -> &'static Collector {
     #[cfg(feature = "std")]
     {
-        crossbeam_epoch::default_collector()
+        use core::sync::atomic::{AtomicPtr, Ordering};
+        // crossbeam's, remembered: its `default_collector()` is an
+        // out-of-line `OnceLock` read, and every guarded read compares its
+        // guard's collector with this one (`Reclaimer::check_guard`).
+        static CACHED: AtomicPtr<Collector> = AtomicPtr::new(core::ptr::null_mut());
+        // Acquire: pairs with the Release store below, so the collector is
+        // seen as the storing thread saw it (crossbeam's `OnceLock` made
+        // that thread see it whole).
+        let c = CACHED.load(Ordering::Acquire);
+        // SAFETY: non-null, it came from the `&'static Collector` below.
+        if let Some(c) = unsafe { c.as_ref() } {
+            return c;
+        }
+        let c = crossbeam_epoch::default_collector();
+        // Release: pairs with the Acquire load above. Racing threads store
+        // the same pointer.
+        CACHED.store(core::ptr::from_ref(c).cast_mut(), Ordering::Release);
+        c
     }
     #[cfg(not(feature = "std"))]
     {
@@ -417,13 +435,23 @@ impl Reclaimer {
             (Some(g), None) => g == default_collector(),
             (None, _) => false,
         };
-        assert!(
-            ok,
-            "latchtree: the guard does not pin this tree's collector \
-             (use the tree's own `pin()` or the collector it was built with)"
-        );
+        if !ok {
+            wrong_guard();
+        }
     }
 }
+
+/// `check_guard`'s panic, out of the readers' way.
+#[cold]
+#[inline(never)]
+fn wrong_guard() -> ! {
+    panic!(
+        "latchtree: the guard does not pin this tree's collector \
+         (use the tree's own `pin()` or the collector it was built with)"
+    )
+}
+
+impl Reclaimer {}
 
 /// Whether this thread is inside a [`WriterScope`]: then nothing that may
 /// run user code should be dropped here (see [`postpone_drop`]).

@@ -16,6 +16,7 @@ pub(crate) const SORTED_VEC: &str = "sorted Vec (partition_point)";
 pub(crate) const ADDR_LOOKUP: &str = "latchtree AddrIndex::lookup";
 pub(crate) const MODULE_HELD: &str = "latchtree module_address (held guard)";
 pub(crate) const MODULE_PIN: &str = "latchtree module_address (pin per call)";
+pub(crate) const SECTION: &str = "latchtree HandlerSection::lookup (open section)";
 pub(crate) const UPPER_BOUND: &str = "latchtree LatchTree::upper_bound (held)";
 pub(crate) const STD_RW: &str = "std RwLock<BTreeMap>";
 pub(crate) const PL_RW: &str = "parking_lot RwLock<BTreeMap>";
@@ -90,6 +91,15 @@ fn one_case(
                     let g = latchtree::pin();
                     p.index.module_address(a, &g).map(|h| h.range().start)
                 })
+            }),
+        ),
+        (
+            SECTION,
+            Box::new(move |it| {
+                // One section per repetition, as a handler holds one for
+                // the samples it resolves (like the held guard above).
+                let section = p.index.handler_section();
+                lookup_loop(q, it, |a| section.lookup(a).map(|h| h.range().start))
             }),
         ),
         (

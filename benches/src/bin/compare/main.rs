@@ -166,7 +166,7 @@ fn load_average() -> String {
 /// figures that a target is meant to be read against.
 fn targets(rows: &[Row], readers_max: usize) -> Vec<String> {
     use concurrent::{C_ADDR, C_LR, C_SKIP, C_TREE, C_TREE_HELD, PACED_WRITES_PER_S};
-    use lookups::{ADDR_LOOKUP, MODULE_HELD, MODULE_PIN, SORTED_VEC, UPPER_BOUND};
+    use lookups::{ADDR_LOOKUP, MODULE_HELD, MODULE_PIN, SECTION, SORTED_VEC, UPPER_BOUND};
     let mut out = Vec::new();
     // `a / b` of two rows' figures `f`, against `target` (`<=` or `>=`;
     // `None`: no target, reported for comparison).
@@ -215,7 +215,7 @@ fn targets(rows: &[Row], readers_max: usize) -> Vec<String> {
         ns,
         le(1.0),
     );
-    for (held, t) in [(MODULE_HELD, 1.15), (MODULE_PIN, 1.3)] {
+    for (held, t) in [(MODULE_HELD, 1.15), (SECTION, 1.15), (MODULE_PIN, 1.3)] {
         line(
             format!("kernel84 {held} vs AddrIndex::lookup"),
             kern(held),
