@@ -574,6 +574,11 @@ impl<T> Layout<T> {
                 txn.rebuild();
             }
         }
+        if self.migration.is_none() {
+            // Nothing to do (the common case: most writes of most trees).
+            txn.defer_rebuilds(false);
+            return;
+        }
         // A write of many changes (a batch) takes time in proportion anyway:
         // it may take the migration's work in proportion too, so that a bulk
         // load of n ranges leaves its tree rebuilt, as one write did before

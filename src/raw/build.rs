@@ -109,15 +109,26 @@ pub(crate) struct Spot {
     pub(crate) height: usize,
 }
 
+/// Where a subtree's root hangs: its parent's rank (`None` for the root),
+/// which child of it the root is, and its depth. What a [`Spot`] says but
+/// its rank and height, which [`VebOrder`] adds when it hands the spot out
+/// (its pending frames, copied at every step, stay smaller).
+#[derive(Clone, Copy, Debug)]
+struct Up {
+    parent: Option<usize>,
+    dir: Dir,
+    depth: usize,
+}
+
 /// One pending step of [`VebOrder`]; `up` is where the root of the
-/// subtree over `keys` hangs (its `rank` unused).
+/// subtree over `keys` hangs.
 #[derive(Clone, Debug)]
 enum Frame {
     /// The subtree over `keys`, its first `levels` levels.
     Top {
         keys: Range<usize>,
         levels: usize,
-        up: Spot,
+        up: Up,
     },
     /// The subtrees `depth` levels below the one over `keys`, from the
     /// `next`-th (in key order), each to `levels` levels.
@@ -126,18 +137,16 @@ enum Frame {
         depth: usize,
         levels: usize,
         next: usize,
-        up: Spot,
+        up: Up,
     },
 }
 
 impl VebOrder {
     pub(crate) fn new(len: usize) -> Self {
-        let up = Spot {
-            rank: 0,
+        let up = Up {
             parent: None,
             dir: Dir::Left,
             depth: 0,
-            height: 0,
         };
         VebOrder {
             stack: vec![Frame::Top {
@@ -167,12 +176,10 @@ impl Iterator for VebOrder {
                         // subtree. Most nodes lie in these levels, so they
                         // skip the `Below` frames.
                         let m = middle(&keys);
-                        let child = |dir| Spot {
-                            rank: 0,
+                        let child = |dir| Up {
                             parent: Some(m),
                             dir,
                             depth: up.depth + 1,
-                            height: 0,
                         };
                         for (keys, dir) in
                             [(m + 1..keys.end, Dir::Right), (keys.start..m, Dir::Left)]
@@ -185,12 +192,14 @@ impl Iterator for VebOrder {
                         }
                         return Some(Spot {
                             rank: m,
+                            parent: up.parent,
+                            dir: up.dir,
+                            depth: up.depth,
                             height: if self.heights {
                                 balanced_height(keys.len())
                             } else {
                                 0
                             },
-                            ..up
                         });
                     }
                     let top = levels / 2;
@@ -245,7 +254,7 @@ fn middle(keys: &Range<usize>) -> usize {
 /// The keys of the `i`-th (in key order) subtree `depth` levels below the
 /// one over `keys`, whose root hangs at `up` (empty where the shape has
 /// none), and where that subtree's root hangs.
-fn nth_below(keys: &Range<usize>, depth: usize, i: usize, up: Spot) -> (Range<usize>, Spot) {
+fn nth_below(keys: &Range<usize>, depth: usize, i: usize, up: Up) -> (Range<usize>, Up) {
     let mut keys = keys.clone();
     let mut up = up;
     for bit in (0..depth).rev() {
@@ -254,12 +263,10 @@ fn nth_below(keys: &Range<usize>, depth: usize, i: usize, up: Spot) -> (Range<us
         }
         let m = middle(&keys);
         let right = i >> bit & 1 == 1;
-        up = Spot {
-            rank: 0,
+        up = Up {
             parent: Some(m),
             dir: Dir::toward(right),
             depth: up.depth + 1,
-            height: 0,
         };
         keys = if right {
             m + 1..keys.end
