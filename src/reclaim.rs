@@ -428,7 +428,7 @@ impl Reclaimer {
 
     /// Panics unless `guard` pins this tree's collector: a guard of another
     /// collector (or `unprotected()`) would not keep our nodes alive.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn check_guard(&self, guard: &Guard) {
         let ok = match (guard.collector(), &self.collector) {
             (Some(g), Some(c)) => g == c,

@@ -187,7 +187,7 @@ impl<T> AddrIndex<T> {
     /// assert_eq!(hit.value(), "libfoo.so");
     /// assert_eq!(hit.range(), 0x1000..0x2000);
     /// ```
-    #[inline]
+    #[inline(always)]
     pub fn module_address<'g>(&'g self, addr: u64, guard: &'g Guard) -> Option<Hit<'g, T>> {
         self.reclaim.check_guard(guard);
         let (raw, record) = self.read(|view| self.find(view, addr))?;

@@ -77,7 +77,7 @@ impl Latch {
     /// `attempt` returns `None` when its walk exceeded the descent cap; that
     /// can only happen in a copy being rewritten, so it is retried too.
     /// Never blocks: a retry means a writer flipped `seq` meanwhile.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn read<R>(&self, attempt: impl FnMut(usize) -> Option<R>) -> R {
         self.read_versioned(attempt).0
     }
@@ -85,7 +85,7 @@ impl Latch {
     /// [`Latch::read`], also returning the `seq` value the answer belongs
     /// to, so that a cursor can go on reading that version and validate
     /// each later step with [`Latch::unchanged`].
-    #[inline]
+    #[inline(always)]
     pub(crate) fn read_versioned<R>(
         &self,
         mut attempt: impl FnMut(usize) -> Option<R>,

@@ -110,7 +110,7 @@ impl<N: Linked, W> RawTree<N, W> {
     /// Every node the attempt can reach, through any link value ever stored
     /// in this tree while the attempt runs, stays allocated for `'g` (epoch
     /// pinning for `LatchTree`, type-stable storage for `AddrIndex`).
-    #[inline]
+    #[inline(always)]
     pub(crate) unsafe fn read<'g, R>(
         &'g self,
         mut attempt: impl FnMut(View<'g, N>) -> Option<R>,
