@@ -134,6 +134,9 @@ impl<N: Linked> Shadow<N> {
         let full = (self.shape_len + 1).ilog2() as usize;
         // SAFETY: `node` is live (caller).
         let links = |copy| unsafe { node.as_ref() }.links(copy);
+        // A `VebOrder` over `shape_len` nodes gives heights exactly when
+        // this shadow keeps them (both: up to `HEIGHTS_MAX` nodes).
+        debug_assert!(!self.heights || spot.height > 0, "a spot without its height");
         if self.heights
             // SAFETY: as above.
             && let Some(h) = unsafe { node.as_ref() }.height()
