@@ -154,7 +154,7 @@ impl VebOrder {
                 levels: balanced_height(len),
                 up,
             }],
-            heights: len <= super::txn::HEIGHTS_MAX,
+            heights: len <= super::links::HEIGHTS_MAX,
         }
     }
 }

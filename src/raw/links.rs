@@ -129,6 +129,17 @@ impl Height {
     }
 }
 
+/// The most nodes for which copy 0's heights are kept through inserts and
+/// erases (`rbtree.rs`). Keeping them costs a walk up the changed path and
+/// after each rotation (sequential growth to 65 536: 6,400 -> 7,500
+/// instructions an insert, callgrind), while what they buy, an exact plan
+/// within two levels of the balanced height (`tree.rs`), pays most at small
+/// sizes (random growth at n = 84: 2.3-3.0 -> 1.6x a sorted `Vec`; at 4096,
+/// 1.9-2.2 -> 1.7x) and is rare at large ones (a tree of 262 144 grown in
+/// random order is three or more levels above balanced). The size of the
+/// largest in-place rebuild (`txn::IN_PLACE_MAX`), which sets them again.
+pub(crate) const HEIGHTS_MAX: usize = 4096;
+
 /// One copy's parent pointer of one node, with the colour in its low bit
 /// (nodes are at least 8-aligned, so the bit is free). Written and read by
 /// the writer; cursors climb it. A node may keep it apart from its

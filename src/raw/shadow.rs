@@ -14,10 +14,11 @@
 //! shape, as everywhere else (invariant 4 of `raw`).
 
 use super::build::Spot;
+use super::links::HEIGHTS_MAX;
 use super::links::link_store_order;
 use super::links::{Dir, Linked};
 use super::rbtree::Side;
-use super::txn::{HEIGHTS_MAX, Op, Shape, Slot, Txn};
+use super::txn::{Op, Shape, Slot, Txn};
 use crate::sync::{AtomicPtr, Ordering};
 use alloc::vec;
 use alloc::vec::Vec;
@@ -136,7 +137,10 @@ impl<N: Linked> Shadow<N> {
         let links = |copy| unsafe { node.as_ref() }.links(copy);
         // A `VebOrder` over `shape_len` nodes gives heights exactly when
         // this shadow keeps them (both: up to `HEIGHTS_MAX` nodes).
-        debug_assert!(!self.heights || spot.height > 0, "a spot without its height");
+        debug_assert!(
+            !self.heights || spot.height > 0,
+            "a spot without its height"
+        );
         if self.heights
             // SAFETY: as above.
             && let Some(h) = unsafe { node.as_ref() }.height()

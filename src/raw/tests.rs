@@ -661,7 +661,7 @@ fn large_trees_are_rebuilt_only_when_asked() {
 #[cfg_attr(miri, ignore = "grows past 4096 nodes")]
 fn heights_are_dropped_past_heights_max_and_kept_again_after_a_rebuild() {
     let h = Harness::new();
-    let max = super::txn::HEIGHTS_MAX as u64;
+    let max = super::links::HEIGHTS_MAX as u64;
     let mut rng = 7;
     let mut keys: Vec<u64> = (0..max + 64).collect();
     for i in (1..keys.len()).rev() {

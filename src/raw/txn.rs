@@ -7,7 +7,7 @@
 //! ([`rebuild_due`]).
 
 use super::descent::balanced_height;
-use super::links::{Dir, Linked, link_store_order};
+use super::links::{Dir, HEIGHTS_MAX, Linked, link_store_order};
 use super::rbtree::Side;
 use super::shared::Shared;
 use crate::sync::Ordering;
@@ -103,16 +103,9 @@ pub(super) struct Shape {
     pub(super) heights: bool,
 }
 
-/// The most nodes for which copy 0's heights are kept through inserts and
-/// erases (`rbtree.rs`). Keeping them costs a walk up the changed path and
-/// after each rotation (sequential growth to 65 536: 6,400 -> 7,500
-/// instructions an insert, callgrind), while what they buy, an exact plan
-/// within two levels of the balanced height (`tree.rs`), pays most at small
-/// sizes (random growth at n = 84: 2.3-3.0 -> 1.6x a sorted `Vec`; at 4096,
-/// 1.9-2.2 -> 1.7x) and is rare at large ones (a tree of 262 144 grown in
-/// random order is three or more levels above balanced). The size of the
-/// largest in-place rebuild, which sets them again.
-pub(crate) const HEIGHTS_MAX: usize = IN_PLACE_MAX;
+// A rebuild in place sets the heights again: every tree that keeps them
+// can be rebuilt in place.
+const _: () = assert!(HEIGHTS_MAX <= IN_PLACE_MAX);
 
 /// The fewest updates between two automatic rebuilds: a small tree rebuilds
 /// in a few microseconds, but not after every write. Off under loom (its
