@@ -451,8 +451,6 @@ fn wrong_guard() -> ! {
     )
 }
 
-impl Reclaimer {}
-
 /// Whether this thread is inside a [`WriterScope`]: then nothing that may
 /// run user code should be dropped here (see [`postpone_drop`]).
 pub(crate) fn in_writer_scope() -> bool {

@@ -10,8 +10,8 @@
 //!   (from a root or a link, in any interleaving) is null or points into a
 //!   chunk, and chunks outlive every `&AddrIndex`.
 //! * **It can never race on plain memory.** Every field a reader reads
-//!   (`start`, `end`, `id`, `base`, `tag`, `flags`, `module`, the links) is
-//!   an atomic, so a reader
+//!   (`start`, `end`, `id`, `base`, `tag`, `flags`, `module`, the links and
+//!   copy 0's cached child keys) is an atomic, so a reader
 //!   standing on a node that is being recycled reads garbage, not UB.
 //! * **It can never return garbage.** A node's fields are rewritten only
 //!   after it left both copies, and only by a transaction that has already
@@ -122,7 +122,9 @@ unsafe impl<M> Linked for RangeNode<M> {
         Some(&self.height)
     }
 
-    /// The start: written only while the node is in no tree (`Slab::fill`).
+    /// The start: it never changes while the node is in a copy or a shadow
+    /// (`Slab::fill` writes it into a free node; `layout.rs` rewrites a
+    /// shadow node's fields with the start it was found by).
     #[inline(always)]
     fn search_key(&self) -> u64 {
         // Relaxed: read by the writer, which wrote it (writer lock).

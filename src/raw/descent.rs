@@ -161,12 +161,20 @@ impl<'g, N: Linked> View<'g, N> {
     /// for every key up to some bound (`None`: none). Returns `None` if the
     /// walk broke the [`MAX_DEPTH`] bound (a copy being rewritten).
     ///
-    /// It follows the copy's plan like [`descend`](View::descend), but each
-    /// trip loads both children and both their keys before it knows which
-    /// way it goes: the keys are on hand when the comparison needs them, so
-    /// a trip waits for one load (the child link) instead of two in a row
-    /// (the link, then the key behind it). A nil child is read as the node
-    /// itself (standing still, as in `trip`), so no trip loads through nil.
+    /// It follows the copy's plan like [`descend`](View::descend), with the
+    /// next node's key on hand when the comparison needs it, so that a trip
+    /// waits for one load (the child link) instead of two in a row (the
+    /// link, then the key behind it):
+    /// * on copy 0 of nodes that cache their children's keys
+    ///   ([`KidKeys`](super::links::KidKeys)), a trip compares, then loads
+    ///   the child link and the cached key of the way it goes, side by side;
+    /// * otherwise a trip loads both children and both their keys before it
+    ///   knows which way it goes.
+    ///
+    /// A nil child is read as the node itself (standing still, as in `trip`,
+    /// with the node's own key: a nil child's cached key is the node's), so
+    /// no trip loads through nil. The key is only compared, never followed:
+    /// a torn one steers the walk wrongly at worst, and validation fails.
     #[inline(always)]
     pub(crate) fn search_by_key(
         self,

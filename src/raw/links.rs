@@ -17,6 +17,18 @@ use core::ptr;
 
 /// A node that carries two link sets and may be put in a [`RawTree`].
 ///
+/// Beyond the safety contract, readers' answers depend on three promises
+/// of an implementor that keeps the optional extras (a broken one gives
+/// wrong answers that validate, never undefined behaviour; the checker,
+/// `check.rs`, catches each in the tests):
+/// * with [`COPY0_KID_KEYS`](Linked::COPY0_KID_KEYS), `links(0)` is built
+///   with [`LinkRef::with_keys`] (its [`KidKeys`]);
+/// * [`search_key`](Linked::search_key) is the key the tree's searches
+///   order nodes by (`View::search_by_key`'s `key`), and never changes
+///   while the node is in a copy or a shadow;
+/// * with [`HAS_HEIGHT`](Linked::HAS_HEIGHT), [`height`](Linked::height) is
+///   `Some` for every node.
+///
 /// # Safety
 /// `links(c)` must return views of the same `Kids` and `Parent` every time
 /// for the same `c` (for `c` in `0..2`), and the two copies' words must be
@@ -101,11 +113,14 @@ impl KidKeys {
 }
 
 /// The height of a node's subtree in copy 0 (1 for a leaf; nil counts 0),
-/// kept by the writer through every change of copy 0's shape
-/// (`rbtree.rs`, `build.rs`, `shadow.rs`, a rollback) and read only by it:
-/// the root's is the exact plan readers follow. Both copies have the same
-/// shape once a write ends, so one height serves both. An atomic because
-/// readers hold `&Node`; `Relaxed`, the writer lock orders writers.
+/// kept by the writer through every change of copy 0's shape while the
+/// tree keeps heights (`txn::Shape::heights`: up to [`HEIGHTS_MAX`]
+/// nodes; `rbtree.rs`, `build.rs`, `shadow.rs`, a rollback), stale
+/// otherwise until a rebuild, a clear or the adoption of a shadow that kept
+/// them sets them again; read only by the writer: the root's is the exact
+/// plan readers follow. Both copies have the same shape once a write ends,
+/// so one height serves both. An atomic because readers hold `&Node`;
+/// `Relaxed`, the writer lock orders writers.
 pub(crate) struct Height(AtomicUsize);
 
 impl Height {

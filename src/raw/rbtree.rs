@@ -76,10 +76,8 @@ impl<'t, N: Linked> Side<'t, N> {
     }
 
     /// # Safety
-    /// `n` is non-null and live.
+    /// `n` is non-null and live; `c` is null or live.
     unsafe fn set_child(&self, n: *mut N, dir: Dir, c: *mut N) {
-        // SAFETY: forwarded from the caller.
-        // `c` is null or live: every node a writer links is.
         // SAFETY: forwarded from the caller.
         unsafe { self.links(n).set_child(dir, c) };
     }
@@ -217,7 +215,8 @@ impl<'t, N: Linked> Side<'t, N> {
     /// Points `parent`'s link that held `old` (or the root) at `new`.
     ///
     /// # Safety
-    /// `parent` is null or live; if non-null, `old` is one of its children.
+    /// `parent` is null or live; if non-null, `old` is one of its children;
+    /// `new` is null or live.
     unsafe fn change_child(&self, old: *mut N, new: *mut N, parent: *mut N) {
         if parent.is_null() {
             self.set_root(new);
@@ -385,6 +384,10 @@ impl<'t, N: Linked> Side<'t, N> {
                     self.set_parent(zr, y);
                 }
                 if self.keeps_heights()
+                    // The planted defect `stale_heights` (a test-only cfg):
+                    // the successor keeps its old height, which the checker
+                    // must notice.
+                    && !cfg!(latchtree_defect = "stale_heights")
                     && let (Some(zh), Some(yh)) = ((*z).height(), (*y).height())
                 {
                     // `y` takes `z`'s place: it starts from `z`'s height, so

@@ -314,9 +314,12 @@ impl<N: Linked, W> RawTree<N, W> {
         if N::HAS_HEIGHT && shape.heights {
             let root = s.heads[0].root.load(Ordering::Relaxed);
             // SAFETY: null or a live node (writer lock held).
-            let height = unsafe { root.as_ref() }
-                .and_then(N::height)
-                .map_or(0, |h| h.get());
+            let root = unsafe { root.as_ref() };
+            debug_assert!(
+                root.is_none_or(|r| r.height().is_some()),
+                "HAS_HEIGHT without a height (see `Linked`)"
+            );
+            let height = root.and_then(N::height).map_or(0, |h| h.get());
             if height <= super::descent::balanced_height(len) + EXACT_SLACK {
                 return Descent {
                     trips: height,
