@@ -232,35 +232,49 @@ fn main() {
     const LOOKUP: &str = "AddrIndex::lookup";
     const MANY: &str = "AddrIndex::lookup_many";
     for order in Order::ALL.map(Order::name) {
-        line(
-            format!("n=84 {order} lookup vs sorted Vec"),
-            cell(84, order, LOOKUP),
-            cell(84, order, "sorted Vec"),
-            1.25,
-        );
-        line(
-            format!("n=4096 {order} lookup vs BTreeMap"),
-            cell(4096, order, LOOKUP),
-            cell(4096, order, "BTreeMap"),
-            0.55,
-        );
-        line(
-            format!("n=262144 {order} lookup vs BTreeMap (FromIterator)"),
-            cell(262_144, order, LOOKUP),
-            cell(262_144, "bulk", "BTreeMap"),
-            1.5,
-        );
-        line(
-            format!("n=84 {order} lookup_many vs sorted Vec"),
-            cell(84, order, MANY),
-            cell(84, order, "sorted Vec"),
-            1.0,
-        );
-        line(
-            format!("n=262144 {order} lookup_many vs BTreeMap (FromIterator)"),
-            cell(262_144, order, MANY),
-            cell(262_144, "bulk", "BTreeMap"),
-            0.5,
-        );
+        // (n, contender, baseline's order, baseline, limit, what): at
+        // 262 144 the baseline is the `BTreeMap` built by `FromIterator`.
+        for (n, who, base_order, base, limit, what) in [
+            (
+                84,
+                LOOKUP,
+                order,
+                "sorted Vec",
+                1.25,
+                "lookup vs sorted Vec",
+            ),
+            (4096, LOOKUP, order, "BTreeMap", 0.55, "lookup vs BTreeMap"),
+            (
+                262_144,
+                LOOKUP,
+                "bulk",
+                "BTreeMap",
+                1.5,
+                "lookup vs BTreeMap (FromIterator)",
+            ),
+            (
+                84,
+                MANY,
+                order,
+                "sorted Vec",
+                1.0,
+                "lookup_many vs sorted Vec",
+            ),
+            (
+                262_144,
+                MANY,
+                "bulk",
+                "BTreeMap",
+                0.5,
+                "lookup_many vs BTreeMap (FromIterator)",
+            ),
+        ] {
+            line(
+                format!("n={n} {order} {what}"),
+                cell(n, order, who),
+                cell(n, base_order, base),
+                limit,
+            );
+        }
     }
 }
