@@ -44,19 +44,18 @@ fn range_step<'a, T>(addr: u64, n: &'a Node<T>, cand: &mut Option<&'a Node<T>>) 
     Dir::toward(right)
 }
 
-/// The search's candidate if its range contains `addr`: it starts at or
-/// below `addr` (`range_step`), so only its end is left to check.
+/// What `out` copies out of the search's candidate (its fields, and what
+/// else the read takes: `hit_and_record`), if its range contains `addr`:
+/// it starts at or below `addr` (`range_step`), so only the end copied out
+/// is left to check. Each word is read once, and only those `out` reads (a
+/// `lookup` never loads the record pointer).
 #[inline(always)]
-fn containing<T>(cand: Option<&Node<T>>, addr: u64) -> Option<&Node<T>> {
-    // Relaxed: see `raw_hit`.
-    cand.filter(|n| addr < n.end.load(Ordering::Relaxed))
-}
-
-/// The fields of the search's candidate if its range contains `addr`
-/// (`containing`), each word read once.
-#[inline(always)]
-fn containing_hit<T>(cand: Option<&Node<T>>, addr: u64) -> Option<RawHit> {
-    cand.map(raw_hit).filter(|h| addr < h.end)
+fn containing<'a, T, E>(
+    cand: Option<&'a Node<T>>,
+    addr: u64,
+    out: impl FnOnce(&'a Node<T>) -> (RawHit, E),
+) -> Option<(RawHit, E)> {
+    cand.map(out).filter(|(h, _)| addr < h.end)
 }
 
 impl<T> AddrIndex<T> {
@@ -87,7 +86,7 @@ impl<T> AddrIndex<T> {
     ) -> Option<Option<(RawHit, *mut Record<T>)>> {
         let cand = self.candidate(view, addr)?;
         // Read the candidate's fields before validation, like every field.
-        Some(cand.map(hit_and_record).filter(|(h, _)| addr < h.end))
+        Some(containing(cand, addr, hit_and_record))
     }
 
     /// The range containing `addr`, with its module's id, base, tag and the
@@ -103,9 +102,13 @@ impl<T> AddrIndex<T> {
     /// ```
     #[inline]
     pub fn lookup(&self, addr: u64) -> Option<RawHit> {
-        // Read the candidate's fields before validation, like every field
-        // (not its record: a `lookup` never dereferences one).
-        self.read(|view| Some(containing_hit(self.candidate(view, addr)?, addr)))
+        // Read the candidate's fields before validation, like every field.
+        let cand = |view| {
+            Some(containing(self.candidate(view, addr)?, addr, |n| {
+                (raw_hit(n), ())
+            }))
+        };
+        self.read(cand).map(|(hit, ())| hit)
     }
 
     /// [`lookup`](AddrIndex::lookup) of `K` addresses at once, all answered
@@ -125,22 +128,24 @@ impl<T> AddrIndex<T> {
     /// ```
     #[inline]
     pub fn lookup_many<const K: usize>(&self, addrs: [u64; K]) -> [Option<RawHit>; K] {
-        self.read(|view| Self::find_many(view, addrs, raw_hit))
+        self.read(|view| Self::find_many(view, addrs, |n| (raw_hit(n), ())))
+            .map(|h| h.map(|(hit, ())| hit))
     }
 
     /// The `K` descents of `lookup_many` in a stable copy; `out` copies each
-    /// hit's fields out, before validation.
+    /// hit's fields out (and what else the read takes, as in `containing`),
+    /// before validation.
     #[inline(always)]
-    pub(super) fn find_many<'a, R, const K: usize>(
+    pub(super) fn find_many<'a, E, const K: usize>(
         view: View<'a, Node<T>>,
         addrs: [u64; K],
-        out: impl Fn(&'a Node<T>) -> R,
-    ) -> Option<[Option<R>; K]> {
+        out: impl Fn(&'a Node<T>) -> (RawHit, E),
+    ) -> Option<[Option<(RawHit, E)>; K]> {
         let mut cand: [Option<&Node<T>>; K] = [None; K];
         view.descend_lanes::<K>(|lane, n| range_step(addrs[lane], n, &mut cand[lane]))?;
         // Read the candidates' fields before validation, like every field.
         Some(core::array::from_fn(|lane| {
-            containing(cand[lane], addrs[lane]).map(&out)
+            containing(cand[lane], addrs[lane], &out)
         }))
     }
 

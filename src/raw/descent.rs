@@ -221,31 +221,18 @@ impl<'g, N: Linked> View<'g, N> {
                 cur_key = core::hint::select_unpredictable(go, rk, lk);
             }
         }
-        if !plan.exact {
-            let mut depth = plan.trips + 1;
-            loop {
-                if depth > MAX_DEPTH {
-                    return None;
-                }
-                let go = right(cur_key);
-                if go {
-                    cand = cur;
-                }
-                // SAFETY: as in `trip`.
-                let next = unsafe { &*cur }
-                    .links(self.copy)
-                    .load_child(Dir::toward(go));
-                if next.is_null() {
-                    break;
-                }
-                cur = next;
-                // SAFETY: as in `trip`.
-                cur_key = key(unsafe { &*cur });
-                depth += 1;
-            }
-        }
         // SAFETY: null or a node of this tree, valid for 'g (as in `trip`).
-        Some(unsafe { cand.as_ref() })
+        let mut cand = unsafe { cand.as_ref() };
+        if !plan.exact {
+            // The rest of the path, branchy (`cur` may be a node the trips
+            // already stood on: the step is idempotent).
+            self.tail(cur, plan.trips + 1, |n| {
+                let go = right(key(n));
+                cand = if go { Some(n) } else { cand };
+                Some(Dir::toward(go))
+            })?;
+        }
+        Some(cand)
     }
 
     /// `K` descents in lockstep, one per lane: `step(lane, node)` says where

@@ -20,7 +20,6 @@
 
 use super::links::{Dir, LinkRef, Linked, link_store_order};
 use crate::sync::{AtomicPtr, Ordering};
-use core::ptr;
 
 /// One copy of the tree, as seen by the writer.
 pub(crate) struct Side<'t, N> {
@@ -150,30 +149,22 @@ impl<'t, N: Linked> Side<'t, N> {
     }
 
     /// After `n`'s children changed: recomputes the heights from `n` up,
-    /// until a node above `through` (null: any node) keeps its height; the
-    /// nodes above it cannot change then. A no-op on a side that keeps no
-    /// heights.
+    /// until a node keeps its height; the nodes above it cannot change
+    /// then. A no-op on a side that keeps no heights.
     ///
     /// # Safety
-    /// `n` is null or a live node of this copy; every node whose children
-    /// changed is `n`, `through` or on the path between them, and every
-    /// other node's height is right.
-    unsafe fn propagate(&self, mut n: *mut N, through: *mut N) {
+    /// `n` is null or a live node of this copy; every other node records
+    /// the height its subtree has, or (a node that took another's place
+    /// above `n`) the height that place had, which stays right unless the
+    /// change reaches it.
+    unsafe fn propagate(&self, mut n: *mut N) {
         if !self.keeps_heights() {
             return;
         }
-        let mut forced = !through.is_null();
         // SAFETY: `n` and its ancestors are live nodes of this copy; each
         // is fixed after its children (caller, and the walk goes up).
         unsafe {
-            while !n.is_null() {
-                let changed = self.fix_height(n);
-                if n == through {
-                    forced = false;
-                }
-                if !changed && !forced {
-                    return;
-                }
+            while !n.is_null() && self.fix_height(n) {
                 n = self.parent(n);
             }
         }
@@ -258,7 +249,7 @@ impl<'t, N: Linked> Side<'t, N> {
                 // up from `p`: only these nodes' subtrees changed.
                 self.fix_height(x);
                 self.fix_height(y);
-                self.propagate(p, ptr::null_mut());
+                self.propagate(p);
             }
         }
     }
@@ -289,7 +280,7 @@ impl<'t, N: Linked> Side<'t, N> {
             } else {
                 self.set_child(parent, dir, node);
             }
-            self.propagate(parent, ptr::null_mut());
+            self.propagate(parent);
             let mut z = node;
             loop {
                 let mut p = self.parent(z);
@@ -355,12 +346,11 @@ impl<'t, N: Linked> Side<'t, N> {
         unsafe {
             let zl = self.child(z, Dir::Left);
             let zr = self.child(z, Dir::Right);
-            let (x, xp, removed_black, moved);
+            let (x, xp, removed_black);
             if zl.is_null() || zr.is_null() {
                 x = if zl.is_null() { zr } else { zl };
                 xp = self.parent(z);
                 removed_black = !self.is_red(z);
-                moved = ptr::null_mut();
                 self.transplant(z, x);
             } else {
                 // Two children: the successor `y` takes `z`'s place.
@@ -373,7 +363,6 @@ impl<'t, N: Linked> Side<'t, N> {
                     y = l;
                 }
                 removed_black = !self.is_red(y);
-                moved = y;
                 x = self.child(y, Dir::Right);
                 if self.parent(y) == z {
                     xp = y;
@@ -390,9 +379,9 @@ impl<'t, N: Linked> Side<'t, N> {
                     && !cfg!(latchtree_defect = "stale_heights")
                     && let (Some(zh), Some(yh)) = ((*z).height(), (*y).height())
                 {
-                    // `y` takes `z`'s place: it starts from `z`'s height, so
-                    // that `propagate` below stops above it only where the
-                    // place's height did not change.
+                    // `y` takes `z`'s place and starts from its height: where
+                    // the walk below stops under `y`, `y`'s children have
+                    // the heights `z`'s had, so that height is `y`'s.
                     yh.set(zh.get());
                 }
                 self.transplant(z, y);
@@ -400,9 +389,9 @@ impl<'t, N: Linked> Side<'t, N> {
                 self.set_parent(zl, y);
                 self.set_black(y, !self.is_red(z));
             }
-            // Only `xp` (which lost a child) and `y` (which took `z`'s
-            // children) changed children, and `y` is `xp` or above it.
-            self.propagate(xp, moved);
+            // `xp` lost a child; `y` (which took `z`'s children and height)
+            // is `xp` or above it, on the walk's way.
+            self.propagate(xp);
             if removed_black {
                 self.erase_fixup(x, xp);
             }
