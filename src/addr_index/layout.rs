@@ -5,10 +5,10 @@
 //! JIT is address order, so a balanced tree over them keeps each level's
 //! nodes spread across the whole slab: at n = 262 144 (32 MiB of nodes) a
 //! lookup's 18 nodes lie on 18 different pages, and every one of them is a
-//! TLB miss (DESIGN §7b). So whenever a rebuild of a large tree comes due,
-//! the tree is rebuilt into fresh slab memory in van Emde Boas order
-//! (`raw::VebOrder`): a subtree of 4 or 5 levels then shares a 4 KiB page,
-//! and a lookup touches 4 to 6 pages.
+//! TLB miss (DESIGN §7b). So when a rebuild of a large tree comes due (no
+//! sooner than [`MOVE_EVERY`] allows), the tree is rebuilt into fresh slab
+//! memory in van Emde Boas order (`raw::VebOrder`): a subtree of 4 or 5
+//! levels then shares a 4 KiB page, and a lookup touches 4 to 6 pages.
 //!
 //! # A migration, a slice per write
 //!
@@ -101,6 +101,23 @@ pub(super) const LAYOUT_MIN: usize = if cfg!(latchtree_loom) {
 } else {
     4096
 };
+
+/// A migration starts once the tree is due a rebuild (`Txn::rebuild_due`:
+/// its shape has gone bad, at least `len / 8` updates since the last) and at
+/// least `len / MOVE_EVERY` updates came since the last one was adopted.
+/// A migration moves every node (some 550 instructions a node over its
+/// phases, callgrind), so while a tree grows by single inserts it costs
+/// `MOVE_EVERY + 1` moves a node or so: at `len / 8` (a rebuild's own
+/// cadence, round 3) growth to 65 536 took 6,531 instructions an insert
+/// ascending and 6,600 random; at `len / 2`, 3,697 and 3,356 (issue 26's
+/// target: 4,000); `len / 4` gave 4,443 and 4,088, `len` 2,690 and 2,386.
+/// The price is in the reads of a tree that grew since its last move: its
+/// newer nodes lie where the slab had room, not in van Emde Boas order. At
+/// 262 144 grown by single inserts (`orders`, four interleaved runs of one
+/// binary) lookups took 1.25–1.41× the sorted `Vec` at `len / 8`,
+/// 1.28–1.45× at `len / 2`, and 1.63–1.8× at `len`. Every 8 in debug
+/// builds, so that the tests and fuzz targets migrate as often as before.
+const MOVE_EVERY: usize = if cfg!(debug_assertions) { 8 } else { 2 };
 
 /// The units of migration work at the end of one write: a range collected,
 /// a node built, four recycled free nodes marked or given back (or one
@@ -568,10 +585,10 @@ impl<T> Layout<T> {
                 self.abandon(slab);
             }
         } else if txn.rebuild_due() {
-            if txn.len() >= LAYOUT_MIN {
-                self.migration = Some(Migration::new());
-            } else {
+            if txn.len() < LAYOUT_MIN {
                 txn.rebuild();
+            } else if txn.updates() >= txn.len() / MOVE_EVERY {
+                self.migration = Some(Migration::new());
             }
         }
         if self.migration.is_none() {
@@ -661,7 +678,7 @@ fn assert_same_content<T>(txn: &Txn<'_, Node<T>>, shadow: &Shadow<Node<T>>) {
 
 #[cfg(all(test, not(latchtree_loom)))]
 mod tests {
-    use super::LAYOUT_MIN;
+    use super::{LAYOUT_MIN, MOVE_EVERY};
     use crate::{AddrIndex, ModuleId};
     use std::collections::BTreeMap;
 
@@ -763,6 +780,40 @@ mod tests {
                 "{order}: {nodes} nodes in the slab for {n} ranges"
             );
         }
+    }
+
+    /// A migration starts only once `len / MOVE_EVERY` updates came since
+    /// the tree was last rebuilt or adopted (issue 26: at a rebuild's own
+    /// `len / 8`, growth by single inserts moved every node some seven
+    /// times).
+    #[test]
+    fn migrations_start_no_sooner_than_move_every_allows() {
+        let n = if cfg!(miri) {
+            3 * LAYOUT_MIN
+        } else {
+            (3 * LAYOUT_MIN).max(1200)
+        } as u64;
+        let index = AddrIndex::new();
+        let (mut running, mut starts) = (false, 0);
+        for k in 0..n {
+            let (updates, len) =
+                index
+                    .tree
+                    .write(|txn, _| (txn.updates(), txn.len()), |_, _, _| {}, |_, _| {});
+            index.insert(k * 16..k * 16 + 8, k).unwrap();
+            let now = migrations(&index).1;
+            if now && !running {
+                starts += 1;
+                // The insert's own update and range.
+                let (updates, len) = (updates + 1, len + 1);
+                assert!(
+                    updates >= len / MOVE_EVERY,
+                    "a migration started after {updates} updates at {len} ranges"
+                );
+            }
+            running = now;
+        }
+        assert!(starts > 0, "no migration started");
     }
 
     /// Inserts, removes, value replacements and batches (some of which

@@ -332,6 +332,13 @@ impl<'t, N: Linked> Txn<'t, N> {
         rebuild_due(self.shape.updates, self.shape.deepest, self.len())
     }
 
+    /// Inserts and erases since copy 0 was last rebuilt, built, adopted or
+    /// cleared: for a front-end whose own rebuild costs more than the
+    /// commit's, to space them further apart.
+    pub(crate) fn updates(&self) -> usize {
+        self.shape.updates
+    }
+
     /// While `on`, no commit rebuilds copy 0 on its own ([`rebuild_due`]):
     /// for a front-end that builds the balanced shape over several
     /// transactions ([`Txn::adopt`]). Kept across transactions until turned
