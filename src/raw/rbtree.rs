@@ -481,10 +481,20 @@ impl<'t, N: Linked> Side<'t, N> {
     /// # Safety
     /// The copy holds only live nodes (always true under the writer lock).
     pub(crate) unsafe fn extreme(&self, dir: Dir) -> *mut N {
-        let mut n = self.root();
+        let n = self.root();
         if n.is_null() {
             return n;
         }
+        // SAFETY: a live node of this copy (caller).
+        unsafe { self.extreme_under(n, dir) }
+    }
+
+    /// The leftmost (`Dir::Left`) or rightmost node of the subtree under
+    /// `n`.
+    ///
+    /// # Safety
+    /// `n` is a live node of this copy, which holds only live nodes.
+    unsafe fn extreme_under(&self, mut n: *mut N, dir: Dir) -> *mut N {
         loop {
             // SAFETY: `n` is a live node of this copy.
             let c = unsafe { self.child(n, dir) };
@@ -492,6 +502,30 @@ impl<'t, N: Linked> Side<'t, N> {
                 return n;
             }
             n = c;
+        }
+    }
+
+    /// The node next to `n` in key order toward `dir` (`Dir::Right`: its
+    /// successor), or null.
+    ///
+    /// # Safety
+    /// As for [`Side::extreme_under`].
+    pub(crate) unsafe fn neighbour(&self, n: *mut N, dir: Dir) -> *mut N {
+        // SAFETY: `n` and every node reached from it are live nodes of this
+        // copy (caller).
+        unsafe {
+            let c = self.child(n, dir);
+            if !c.is_null() {
+                return self.extreme_under(c, dir.flip());
+            }
+            let mut n = n;
+            loop {
+                let p = self.parent(n);
+                if p.is_null() || self.child(p, dir.flip()) == n {
+                    return p;
+                }
+                n = p;
+            }
         }
     }
 

@@ -18,7 +18,7 @@ use super::links::HEIGHTS_MAX;
 use super::links::link_store_order;
 use super::links::{Dir, Linked};
 use super::rbtree::Side;
-use super::txn::{Op, Shape, Slot, Txn};
+use super::txn::{Ends, Op, Shape, Slot, Txn};
 use crate::sync::{AtomicPtr, Ordering};
 use alloc::vec;
 use alloc::vec::Vec;
@@ -262,6 +262,15 @@ impl<N: Linked> Txn<'_, N> {
             deepest: shadow.deepest,
             deferred: false,
             heights: shadow.heights,
+        };
+        let side = Side::new(&head.root, 0);
+        // SAFETY: writer lock held; the shadow's nodes are live (caller),
+        // and copy 0 is now the shadow's tree.
+        *self.ends = unsafe {
+            Ends {
+                first: side.extreme(Dir::Left),
+                last: side.extreme(Dir::Right),
+            }
         };
     }
 }

@@ -24,7 +24,7 @@ use super::descent::Descent;
 use super::links::{Dir, Linked, link_store_order};
 use super::rbtree::Side;
 use super::shared::{Shared, View};
-use super::txn::{Op, Shape, Txn};
+use super::txn::{Ends, Op, Shape, Txn};
 use super::walk::nodes_in_order;
 use crate::sync::{AtomicUsize, Mutex, Ordering, lock, lock_mut};
 use crate::unwind::{AssertUnwindSafe, catch_unwind, resume_unwind};
@@ -50,6 +50,7 @@ struct Locked<N, W> {
     state: W,
     log: Vec<Op<N>>,
     shape: Shape,
+    ends: Ends<N>,
     /// Roots of whole trees that left both copies ([`Txn::adopt`]), not yet
     /// released: each commit releases a slice of them ([`DISMANTLE`]).
     /// Their nodes keep the copy-1 links of the moment they left, as the
@@ -96,6 +97,7 @@ impl<N: Linked, W> RawTree<N, W> {
                     state: writer,
                     log: Vec::new(),
                     shape: Shape::REBUILT,
+                    ends: Ends::EMPTY,
                     retiring: Vec::new(),
                 }),
                 owner: AtomicUsize::new(0),
@@ -174,9 +176,10 @@ impl<N: Linked, W> RawTree<N, W> {
             state: w,
             log,
             shape,
+            ends,
             retiring,
         } = &mut *locked;
-        let shape_before = *shape;
+        let (shape_before, ends_before) = (*shape, *ends);
         log.clear();
         if log.capacity() > 1024 {
             log.shrink_to(64);
@@ -188,6 +191,7 @@ impl<N: Linked, W> RawTree<N, W> {
                 log: &mut *log,
                 started: &mut started,
                 shape: &mut *shape,
+                ends: &mut *ends,
             };
             body(&mut txn, &mut *w)
         }));
@@ -214,7 +218,7 @@ impl<N: Linked, W> RawTree<N, W> {
                 }
                 let plan = self.plan(*shape);
                 // SAFETY: writer lock held; copy 0 holds only live nodes.
-                unsafe { self.publish(0, plan, &mut publish) };
+                unsafe { self.publish(0, plan, *ends, &mut publish) };
                 s.latch.flip(); // even: readers move to the new copy 0
                 let side = Side::new(&s.heads[1].root, 1);
                 for op in log.iter() {
@@ -240,8 +244,9 @@ impl<N: Linked, W> RawTree<N, W> {
                 s.heads[1]
                     .len
                     .store(s.heads[0].len.load(Ordering::Relaxed), Ordering::Relaxed);
+                // Copy 1 now holds copy 0's nodes, so its ends too.
                 // SAFETY: writer lock held; copy 1 holds only live nodes.
-                unsafe { self.publish(1, plan, &mut publish) };
+                unsafe { self.publish(1, plan, *ends, &mut publish) };
                 s.latch.count_write();
                 for op in log.drain(..) {
                     match op {
@@ -273,11 +278,11 @@ impl<N: Linked, W> RawTree<N, W> {
             Err(panic) => {
                 // SAFETY: writer lock held, seq odd: readers are on copy 1.
                 unsafe { self.rollback(shape_before.heights) };
-                *shape = shape_before;
+                (*shape, *ends) = (shape_before, ends_before);
                 // Relaxed: the writer's own word.
                 let plan = Descent::from_word(s.heads[1].descent.load(Ordering::Relaxed));
                 // SAFETY: as above; copy 0 now equals copy 1.
-                unsafe { self.publish(0, plan, &mut publish) };
+                unsafe { self.publish(0, plan, *ends, &mut publish) };
                 s.latch.flip();
                 for op in log.drain(..) {
                     match op {
@@ -336,24 +341,28 @@ impl<N: Linked, W> RawTree<N, W> {
         }
     }
 
-    /// Hands copy `copy`'s extremes to the front-end's `publish` and
-    /// publishes the copy's descent plan.
+    /// Hands copy `copy`'s extremes `ends` to the front-end's `publish`
+    /// and publishes the copy's descent plan.
     ///
     /// # Safety
-    /// Writer lock held; copy `copy` holds only live nodes.
+    /// Writer lock held; copy `copy` holds only live nodes, and `ends` are
+    /// its first and last.
     unsafe fn publish(
         &self,
         copy: usize,
         plan: Descent,
+        ends: Ends<N>,
         publish: &mut impl FnMut(usize, Option<&N>, Option<&N>),
     ) {
-        let side = Side::new(&self.shared.heads[copy].root, copy);
-        // SAFETY: the extremes are null or live nodes (caller).
-        unsafe {
-            let first = side.extreme(Dir::Left);
-            let last = side.extreme(Dir::Right);
-            publish(copy, first.as_ref(), last.as_ref());
+        #[cfg(debug_assertions)]
+        {
+            let side = Side::new(&self.shared.heads[copy].root, copy);
+            // SAFETY: copy `copy` holds only live nodes (caller).
+            let walked = unsafe { (side.extreme(Dir::Left), side.extreme(Dir::Right)) };
+            assert_eq!((ends.first, ends.last), walked, "copy {copy}'s kept ends");
         }
+        // SAFETY: the ends are null or live nodes (caller).
+        unsafe { publish(copy, ends.first.as_ref(), ends.last.as_ref()) };
         // Relaxed: a word of copy `copy`, written while readers are steered
         // away from it and published to them, like its links, by the next
         // flip (`Latch::flip`'s Release store).
@@ -413,6 +422,12 @@ impl<N: Linked, W> RawTree<N, W> {
                 .store(Descent::balanced(nodes.len()).word(), Ordering::Relaxed);
         }
         s.latch.count_write();
+        if let (Some(&first), Some(&last)) = (nodes.first(), nodes.last()) {
+            lock_mut(&mut self.writer).ends = Ends {
+                first: first.as_ptr(),
+                last: last.as_ptr(),
+            };
+        }
     }
 
     /// The front-end's writer state, for a caller holding `&mut self` (no
@@ -456,6 +471,7 @@ impl<N: Linked, W> RawTree<N, W> {
             s.heads[copy].root.store(ptr::null_mut(), Ordering::Relaxed);
             s.heads[copy].len.store(0, Ordering::Relaxed);
         }
+        lock_mut(&mut self.writer).ends = Ends::EMPTY;
         nodes
     }
 
