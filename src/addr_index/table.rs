@@ -245,7 +245,20 @@ impl<T> Table<T> {
             let Some(first) = slots.first() else {
                 continue;
             };
-            if first.id.load(Ordering::Relaxed) <= id {
+            let first = first.id.load(Ordering::Relaxed);
+            if first <= id {
+                // Ids rise by at least one a slot, so `id` lies at most
+                // `id - first` slots in: exactly there while none between
+                // was removed (a module removed soon after it was added, or
+                // the oldest ones first), else the search starts narrower.
+                let at = usize::try_from(id - first).map_or(slots.len(), |d| d.min(slots.len()));
+                let slots = &slots[..at.saturating_add(1).min(slots.len())];
+                if slots
+                    .last()
+                    .is_some_and(|s| s.id.load(Ordering::Relaxed) == id)
+                {
+                    return Some(start(s) + slots.len() - 1);
+                }
                 return (slots.binary_search_by_key(&id, |s| s.id.load(Ordering::Relaxed)))
                     .ok()
                     .map(|at| start(s) + at);
@@ -394,15 +407,24 @@ impl<T> Table<T> {
         let len = self.len.load(Ordering::Relaxed);
         if len > COMPACT_MIN && live * 2 < len {
             // In place, front to back: a slot moves down only, over one
-            // already moved or a tombstone.
-            let mut to = 0;
-            for from in 0..len {
-                let (id, r) = load(self.slot(from).expect("a used slot"));
-                if !r.is_null() {
-                    self.set_slot(to, id, r);
-                    to += 1;
+            // already moved or a tombstone. A segment at a time, on both
+            // sides (addressing each slot on its own was a third of a
+            // compaction).
+            let (mut to, mut next) = (&[][..], 0);
+            self.each(|slot| {
+                let (id, r) = load(slot);
+                if r.is_null() {
+                    return;
                 }
-            }
+                if to.is_empty() {
+                    (to, next) = (self.segment(next), next + 1);
+                }
+                let (t, rest) = to.split_first().expect("a slot for each live one");
+                // Relaxed: see the section comment.
+                t.id.store(id, Ordering::Relaxed);
+                t.record.store(r, Ordering::Relaxed);
+                to = rest;
+            });
             self.len.store(live, Ordering::Relaxed);
             dirty.add(0, live);
             if start(self.count()) >= 4 * capacity(live) {
