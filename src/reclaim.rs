@@ -159,6 +159,10 @@ mod here {
         /// Destructors and reclamation work postponed until this thread leaves
         /// its outermost scope ([`after_outermost_write`](super::after_outermost_write)).
         static POSTPONED: RefCell<Vec<Box<dyn FnOnce()>>> = const { RefCell::new(Vec::new()) };
+        /// Whether `POSTPONED` may hold work: checked first, because it
+        /// has no destructor to register on first use (every write's scope
+        /// asks; most find nothing).
+        static ANY_POSTPONED: Cell<bool> = const { Cell::new(false) };
         /// How many [`DropTicket`](super::DropTicket)s this thread holds (from
         /// the lock that took each until its drops ran). No destructor:
         /// readable during thread-local destruction.
@@ -179,12 +183,22 @@ mod here {
     pub(super) fn postpone(work: Box<dyn FnOnce()>) -> Option<Box<dyn FnOnce()>> {
         let mut work = Some(work);
         let _ = POSTPONED.try_with(|p| p.borrow_mut().extend(work.take()));
+        if work.is_none() {
+            ANY_POSTPONED.set(true);
+        }
         work
     }
 
     /// The latest postponed work, taken off the list.
     pub(super) fn next_postponed() -> Option<Box<dyn FnOnce()>> {
-        POSTPONED.try_with(|p| p.borrow_mut().pop()).ok().flatten()
+        if !ANY_POSTPONED.get() {
+            return None;
+        }
+        let work = POSTPONED.try_with(|p| p.borrow_mut().pop()).ok().flatten();
+        if work.is_none() {
+            ANY_POSTPONED.set(false);
+        }
+        work
     }
 
     /// Adds `by` to the tickets this thread holds; returns how many it
@@ -538,6 +552,13 @@ impl JobSlot {
         let mut j = self.0.take();
         f(&mut j);
         self.0.set(j);
+    }
+
+    /// Sets the job of a slot nothing set yet (a write's start: no cell
+    /// round trip).
+    pub(crate) fn start_with(&self, job: Option<Job>) {
+        debug_assert!(self.0.replace(None).is_none(), "a job set twice");
+        self.0.set(job);
     }
 
     /// Takes the job, to run it.

@@ -112,31 +112,27 @@ impl<T: 'static> AddrIndex<T> {
             let job = &*job;
             self.tree.write(
                 |txn, w| {
-                    job.with(|j| {
-                        // Sections are polled only for items the epoch
-                        // already let go (never under loom, where it keeps
-                        // everything: the models stay as small as before).
-                        let waiting = w.limbo.epoch_due();
-                        let period = w.limbo.next_period();
-                        let sections = w.clock.poll(&self.sections, period, waiting);
-                        // In the writer's buffer, handed on with the items if
-                        // any are due (and back by the drops): no allocation
-                        // once warm.
-                        let mut buffer = core::mem::take(&mut w.due);
-                        w.limbo.begin(sections, |g| buffer.push(g), j);
-                        if buffer.is_empty() {
-                            w.due = buffer;
-                        } else {
-                            *ticket = Some(w.drops.ticket());
-                            let p = w.spare.pool();
-                            w.due = p.due_buffer();
-                            *pool = Some(p);
-                            *due = buffer;
-                        }
-                        for t in &self.tables {
-                            t.take_replaced(|a| w.limbo.retire(Garbage::Array(a), j));
-                        }
-                    });
+                    let mut j = None;
+                    // Sections are polled only for items the epoch already
+                    // let go (never under loom, where it keeps everything:
+                    // the models stay as small as before).
+                    let waiting = w.limbo.epoch_due();
+                    let period = w.limbo.next_period();
+                    let sections = w.clock.poll(&self.sections, period, waiting);
+                    // Into the writer's buffer, handed on with the items if
+                    // any are due (and back by the drops): no allocation once
+                    // warm.
+                    w.limbo.begin(sections, |g| w.due.push(g), &mut j);
+                    if !w.due.is_empty() {
+                        *ticket = Some(w.drops.ticket());
+                        let p = w.spare.pool();
+                        *due = core::mem::replace(&mut w.due, p.due_buffer());
+                        *pool = Some(p);
+                    }
+                    for t in &self.tables {
+                        t.take_replaced(|a| w.limbo.retire(Garbage::Array(a), &mut j));
+                    }
+                    job.start_with(j);
                     body(txn, w, &end)
                 },
                 |copy, first, last| self.publish(copy, first, last, end.get()),
