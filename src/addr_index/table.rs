@@ -444,23 +444,27 @@ impl<T> Table<T> {
         }
         self.drop_segments(src.count());
         if let Some((lo, hi)) = dirty.0 {
-            let hi = hi.min(len);
-            for s in split(lo.min(hi)).0..Self::segments_used(hi) {
-                let (from, to) = (src.used(s, hi), self.used(s, hi));
-                // Sliced, not `skip`ped (which steps slot by slot): a
-                // write's dirty slots are usually a few at the end of a
-                // large segment.
-                let skip = lo.saturating_sub(start(s));
-                let (from, to) = (
-                    from.get(skip..).unwrap_or(&[]),
-                    to.get(skip..).unwrap_or(&[]),
-                );
-                for (f, t) in from.iter().zip(to) {
+            // A run of slots a segment, each segment addressed once: a
+            // write's dirty slots are usually one or two, in one segment.
+            let (mut i, hi) = (lo, hi.min(len));
+            while i < hi {
+                let (s, at) = split(i);
+                if s >= SEGMENTS {
+                    break;
+                }
+                let (from, to) = (src.segment(s), self.segment(s));
+                let (from, to) = (from.get(at..).unwrap_or(&[]), to.get(at..).unwrap_or(&[]));
+                let n = (hi - i).min(from.len()).min(to.len());
+                if n == 0 {
+                    break;
+                }
+                for (f, t) in from[..n].iter().zip(&to[..n]) {
                     let (id, r) = load(f);
                     // Relaxed: see the section comment.
                     t.id.store(id, Ordering::Relaxed);
                     t.record.store(r, Ordering::Relaxed);
                 }
+                i += n;
             }
         }
         self.len.store(len, Ordering::Relaxed);
