@@ -507,6 +507,11 @@ const LIMBO_KEPT: usize = 64;
 pub(crate) struct Limbo<T> {
     /// Retired items with their period, oldest first.
     queue: alloc::collections::VecDeque<(u64, T)>,
+    /// The period of the queue's first and last items while it holds any
+    /// (set by the push into an empty queue, every push, and the pop that
+    /// stops at a newer item), kept beside it: every write asks, and a
+    /// deque's ends cost an index computation each.
+    ends: (u64, u64),
     /// The running (or last) transaction's period.
     period: u64,
     /// The period the outstanding (or last) announcement covers.
@@ -632,6 +637,7 @@ impl<T> Limbo<T> {
         pub(crate) fn new() -> Self {
             Limbo {
                 queue: alloc::collections::VecDeque::new(),
+                ends: (0, 0),
                 period: 0,
                 announced: 0,
                 retiring: false,
@@ -680,19 +686,22 @@ impl<T> Limbo<T> {
             return;
         }
         let passed = self.passed().min(also);
-        while let Some(&(p, _)) = self.queue.front() {
-            if p > passed {
-                break;
+        if self.ends.0 <= passed {
+            while let Some(&(p, _)) = self.queue.front() {
+                if p > passed {
+                    self.ends.0 = p;
+                    break;
+                }
+                if let Some((_, item)) = self.queue.pop_front() {
+                    due(item);
+                }
             }
-            if let Some((_, item)) = self.queue.pop_front() {
-                due(item);
+            // Returns the queue's memory once a burst of retirements (a
+            // `clear` of a large tree) has drained (round-2 review, F3).
+            let cap = self.queue.capacity();
+            if cap > LIMBO_KEPT && self.queue.len() * 4 < cap {
+                self.queue.shrink_to((self.queue.len() * 2).max(LIMBO_KEPT));
             }
-        }
-        // Returns the queue's memory once a burst of retirements (a `clear`
-        // of a large tree) has drained (round-2 review, F3).
-        let cap = self.queue.capacity();
-        if cap > LIMBO_KEPT && self.queue.len() * 4 < cap {
-            self.queue.shrink_to((self.queue.len() * 2).max(LIMBO_KEPT));
         }
         if !self.queue.is_empty() {
             // Announces them if nothing is outstanding, else counts towards
@@ -711,6 +720,10 @@ impl<T> Limbo<T> {
     /// to this transaction's period (deferred after this lock too, so it
     /// covers this period's items as well).
     pub(crate) fn retire(&mut self, item: T, job: &mut Option<Job>) {
+        if self.queue.is_empty() {
+            self.ends.0 = self.period;
+        }
+        self.ends.1 = self.period;
         self.queue.push_back((self.period, item));
         if !self.retiring {
             self.retiring = true;
@@ -729,7 +742,10 @@ impl<T> Limbo<T> {
     /// [`HELP_EVERY`] calls, every [`HELP_BACKLOG_EVERY`] while
     /// [`HELP_BACKLOG`] items wait, or always if `always_help`) flush.
     pub(crate) fn job(&mut self, always_help: bool) -> Option<Job> {
-        let latest = self.queue.back()?.0;
+        if self.queue.is_empty() {
+            return None;
+        }
+        let latest = self.ends.1;
         if self.passed() >= self.announced {
             if latest <= self.announced {
                 // Announced and passed: due at the next `begin`.
@@ -774,7 +790,7 @@ impl<T> Limbo<T> {
 
     /// The period of the oldest waiting item.
     pub(crate) fn oldest(&self) -> Option<u64> {
-        self.queue.front().map(|&(p, _)| p)
+        (!self.queue.is_empty()).then_some(self.ends.0)
     }
 
     /// Whether nothing waits.
