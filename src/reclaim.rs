@@ -562,8 +562,8 @@ impl JobSlot {
     /// Sets the job of a slot nothing set yet (a write's start: no cell
     /// round trip).
     pub(crate) fn start_with(&self, job: Option<Job>) {
-        debug_assert!(self.0.replace(None).is_none(), "a job set twice");
-        self.0.set(job);
+        let old = self.0.replace(job);
+        debug_assert!(old.is_none(), "a job set twice");
     }
 
     /// Takes the job, to run it.

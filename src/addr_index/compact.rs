@@ -57,7 +57,9 @@ impl<T> AddrIndex<T> {
         // period is over, no reader is left (`&mut self`). Freed below,
         // with no lock held (a value's `Drop` is user code).
         let w = self.tree.state_mut();
-        let waiting: Vec<Garbage<T>> = w.limbo.drain().collect();
+        let mut waiting: Vec<Garbage<T>> = w.limbo.drain().collect();
+        // Due but not handed over (a write that panicked in between).
+        waiting.append(&mut w.due);
         w.limbo.shrink_to_fit();
         w.created = Vec::new();
         w.retired = Vec::new();

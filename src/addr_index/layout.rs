@@ -103,8 +103,10 @@ pub(super) const LAYOUT_MIN: usize = if cfg!(latchtree_loom) {
 };
 
 /// A migration starts once the tree is due a rebuild (`Txn::rebuild_due`:
-/// its shape has gone bad, at least `len / 8` updates since the last) and at
-/// least `len / MOVE_EVERY` updates came since the last one was adopted.
+/// its shape has gone bad, at least `len / 8` updates since the last) and
+/// `Txn::updates` reaches `len / MOVE_EVERY`: the inserts and erases since
+/// the last rebuild, or since the last adoption plus the changes that
+/// adoption caught up.
 /// A migration moves every node (some 550 instructions a node over its
 /// phases, callgrind), so while a tree grows by single inserts it costs
 /// `MOVE_EVERY + 1` moves a node or so: at `len / 8` (a rebuild's own
@@ -115,9 +117,10 @@ pub(super) const LAYOUT_MIN: usize = if cfg!(latchtree_loom) {
 /// newer nodes lie where the slab had room, not in van Emde Boas order. At
 /// 262 144 grown by single inserts (`orders`, four interleaved runs of one
 /// binary) lookups took 1.25–1.41× the sorted `Vec` at `len / 8`,
-/// 1.28–1.45× at `len / 2`, and 1.63–1.8× at `len`. Every 8 in debug
-/// builds, so that the tests and fuzz targets migrate as often as before.
-const MOVE_EVERY: usize = if cfg!(debug_assertions) { 8 } else { 2 };
+/// 1.28–1.45× at `len / 2`, and 1.63–1.8× at `len`. Every 4 in debug
+/// builds: below a rebuild's own `len / 8`, so that the tests, Miri and the
+/// fuzz targets take this rule's branch, yet migrate often.
+const MOVE_EVERY: usize = if cfg!(debug_assertions) { 4 } else { 2 };
 
 /// The units of migration work at the end of one write: a range collected,
 /// a node built, four recycled free nodes marked or given back (or one
@@ -584,16 +587,18 @@ impl<T> Layout<T> {
             if !m.record(txn) {
                 self.abandon(slab);
             }
-        } else if txn.rebuild_due() {
-            if txn.len() < LAYOUT_MIN {
+        } else if txn.len() < LAYOUT_MIN {
+            if txn.rebuild_due() {
                 txn.rebuild();
-            } else if txn.updates() >= txn.len() / MOVE_EVERY {
-                self.migration = Some(Migration::new());
             }
+        } else if move_due(txn) {
+            self.migration = Some(Migration::new());
         }
         if self.migration.is_none() {
-            // Nothing to do (the common case: most writes of most trees).
-            txn.defer_rebuilds(false);
+            // Nothing to do (the common case: most writes of most trees). A
+            // large tree is rebuilt only by a migration, never in place by
+            // the commit (at `IN_PLACE_MAX` nodes it still could be).
+            txn.defer_rebuilds(txn.len() >= LAYOUT_MIN);
             return;
         }
         // A write of many changes (a batch) takes time in proportion anyway:
@@ -649,18 +654,23 @@ impl<T> Layout<T> {
                 // (collected, then caught up with every change since).
                 unsafe { txn.adopt(m.shadow) };
                 self.adopted += 1;
-                // Enough writes came meanwhile to make the next rebuild due:
-                // start it now, or the commit would rebuild in place, at
-                // once (`Txn::defer_rebuilds`; a small tree may).
-                if txn.rebuild_due() && txn.len() >= LAYOUT_MIN {
+                // Enough writes may have come meanwhile to make the next
+                // move due (a batch's changes, caught up, count as updates
+                // of the adopted tree).
+                if move_due(txn) {
                     self.migration = Some(Migration::new());
                 }
             } else {
                 self.migration = Some(m);
             }
         }
-        txn.defer_rebuilds(self.migration.is_some());
+        txn.defer_rebuilds(self.migration.is_some() || txn.len() >= LAYOUT_MIN);
     }
+}
+
+/// Whether a write should start moving a large tree (see [`MOVE_EVERY`]).
+fn move_due<T>(txn: &Txn<'_, Node<T>>) -> bool {
+    txn.len() >= LAYOUT_MIN && txn.rebuild_due() && txn.updates() >= txn.len() / MOVE_EVERY
 }
 
 /// Debug builds: the shadow holds exactly copy 0's ranges, with the same

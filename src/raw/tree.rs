@@ -193,7 +193,18 @@ impl<N: Linked, W> RawTree<N, W> {
                 shape: &mut *shape,
                 ends: &mut *ends,
             };
-            body(&mut txn, &mut *w)
+            let r = body(&mut txn, &mut *w);
+            // Inside the caught closure: a mismatch (a bug of `raw/`) rolls
+            // the write back like any panic. Copy 1 gets copy 0's nodes, so
+            // its ends too.
+            #[cfg(debug_assertions)]
+            {
+                let side = Side::new(&s.heads[0].root, 0);
+                // SAFETY: writer lock held; copy 0 holds only live nodes.
+                let walked = unsafe { (side.extreme(Dir::Left), side.extreme(Dir::Right)) };
+                assert_eq!((ends.first, ends.last), walked, "copy 0's kept ends");
+            }
+            r
         }));
         if !started {
             // Nothing changed; only discarded nodes can be in the log.
@@ -354,13 +365,6 @@ impl<N: Linked, W> RawTree<N, W> {
         ends: Ends<N>,
         publish: &mut impl FnMut(usize, Option<&N>, Option<&N>),
     ) {
-        #[cfg(debug_assertions)]
-        {
-            let side = Side::new(&self.shared.heads[copy].root, copy);
-            // SAFETY: copy `copy` holds only live nodes (caller).
-            let walked = unsafe { (side.extreme(Dir::Left), side.extreme(Dir::Right)) };
-            assert_eq!((ends.first, ends.last), walked, "copy {copy}'s kept ends");
-        }
         // SAFETY: the ends are null or live nodes (caller).
         unsafe { publish(copy, ends.first.as_ref(), ends.last.as_ref()) };
         // Relaxed: a word of copy `copy`, written while readers are steered

@@ -89,8 +89,8 @@ pub(crate) struct Txn<'t, N> {
 /// may move them (writer-only, across transactions), so that a commit hands
 /// them to the front-end's `publish` without walking to them: two paths
 /// per copy took some 250 instructions of an `AddrIndex` insert + remove
-/// at n = 84 (callgrind), 7 % of it. Debug builds check them at every
-/// commit (`RawTree::publish`).
+/// at n = 84 (callgrind), 7 % of it. Debug builds check them after every
+/// transaction's body (`RawTree::write`), where a mismatch rolls back.
 pub(super) struct Ends<N> {
     pub(super) first: *mut N,
     pub(super) last: *mut N,
@@ -392,9 +392,10 @@ impl<'t, N: Linked> Txn<'t, N> {
         rebuild_due(self.shape.updates, self.shape.deepest, self.len())
     }
 
-    /// Inserts and erases since copy 0 was last rebuilt, built, adopted or
-    /// cleared: for a front-end whose own rebuild costs more than the
-    /// commit's, to space them further apart.
+    /// Inserts and erases since copy 0 was last rebuilt, built or cleared,
+    /// or since it was adopted plus the changes the adopted tree caught up
+    /// ([`Txn::adopt`]): for a front-end whose own rebuild costs more than
+    /// the commit's, to space them further apart.
     pub(crate) fn updates(&self) -> usize {
         self.shape.updates
     }
