@@ -583,11 +583,12 @@ impl<T> Layout<T> {
         if !txn.started() {
             return;
         }
+        let large = txn.len() >= LAYOUT_MIN;
         if let Some(m) = &mut self.migration {
             if !m.record(txn) {
                 self.abandon(slab);
             }
-        } else if txn.len() < LAYOUT_MIN {
+        } else if !large {
             if txn.rebuild_due() {
                 txn.rebuild();
             }
@@ -598,7 +599,7 @@ impl<T> Layout<T> {
             // Nothing to do (the common case: most writes of most trees). A
             // large tree is rebuilt only by a migration, never in place by
             // the commit (at `IN_PLACE_MAX` nodes it still could be).
-            txn.defer_rebuilds(txn.len() >= LAYOUT_MIN);
+            txn.defer_rebuilds(large);
             return;
         }
         // A write of many changes (a batch) takes time in proportion anyway:
