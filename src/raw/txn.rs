@@ -300,8 +300,11 @@ impl<'t, N: Linked> Txn<'t, N> {
 
     /// The first (`Left`) or last node of the version being built.
     pub(crate) fn extreme(&self, dir: Dir) -> Option<NonNull<N>> {
-        // SAFETY: copy 0 holds only live nodes while the writer lock is held.
-        NonNull::new(unsafe { self.side().extreme(dir) })
+        // Kept by every change (`Ends`): no walk.
+        NonNull::new(match dir {
+            Dir::Left => self.ends.first,
+            Dir::Right => self.ends.last,
+        })
     }
 
     /// Unlinks `node`; it is released when the transaction commits.
