@@ -123,6 +123,8 @@ mod stats;
 mod sync;
 mod unwind;
 
+#[doc(hidden)]
+pub use addr_index::LayoutPolicy;
 pub use addr_index::{
     AddrIndex, AddrIndexError, HandlerSection, Hit, IndexBatch, InsertError, ModuleId, ModuleMeta,
     ModuleRef, RawHit, Removed, Segment,

@@ -4,11 +4,12 @@
 //! it (the lock, the limbo) is `write.rs`'s.
 
 use super::error::{AddrIndexError, InsertError};
-use super::index::{AddrIndex, Node, Writer};
+use super::index::{AddrIndex, Writer};
 use super::module::Removed;
 use super::queries::raw_hit;
 use super::record::Record;
 use super::slab::Fields;
+use super::slab::Node;
 use super::types::{ModuleId, ModuleMeta, RawHit, Segment, Segments};
 use crate::raw::{Dir, Slot, Txn};
 use crate::sync::Ordering;

@@ -261,9 +261,8 @@ mod tests {
     /// go on migrating and releasing) then work on the fresh slab only.
     #[test]
     fn shrink_to_fit_while_a_migration_runs() {
-        let min = crate::addr_index::layout::LAYOUT_MIN;
-        let n = (min.max(if cfg!(miri) { 16 } else { 700 }) * 4) as u64;
-        let mut index = AddrIndex::new();
+        let n = if cfg!(miri) { 64 } else { 2800 };
+        let mut index = AddrIndex::with_policy(crate::LayoutPolicy::small(2));
         let ids: Vec<_> = (0..n)
             .map(|k| index.insert(k * 16..k * 16 + 8, k).unwrap())
             .collect();

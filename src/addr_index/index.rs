@@ -5,9 +5,9 @@
 //! `batch.rs`'s.
 
 use super::garbage::{Garbage, Spare};
-use super::layout::Layout;
+use super::layout::{Layout, LayoutPolicy};
 use super::record::Record;
-use super::slab::{RangeNode, Slab};
+use super::slab::{Node, Slab};
 use super::table::{Dirty, Table};
 use super::types::ModuleId;
 use crate::raw::{RawTree, View};
@@ -19,8 +19,6 @@ use alloc::format;
 use alloc::vec::Vec;
 use core::fmt;
 use core::ptr::NonNull;
-
-pub(super) type Node<T> = RangeNode<Record<T>>;
 
 /// The writer-only state, under the range tree's writer lock.
 pub(super) struct Writer<T> {
@@ -282,6 +280,16 @@ impl<T> AddrIndex<T> {
         /// assert!(INDEX.is_empty());
         /// ```
         pub fn new() -> Self {
+            Self::with_policy(LayoutPolicy::DEFAULT)
+        }
+    }
+
+    crate::sync::const_fn_unless_loom! {
+        /// An empty index that lays out large trees by `policy` (see
+        /// [`LayoutPolicy`]): for tests that need small thresholds, and for
+        /// measurements. Not part of the documented API.
+        #[doc(hidden)]
+        pub fn with_policy(policy: LayoutPolicy) -> Self {
             AddrIndex {
                 tree: RawTree::new(Writer {
                     slab: Slab::new(),
@@ -294,7 +302,7 @@ impl<T> AddrIndex<T> {
                     drops: Drops::new(),
                     spare: Spare::new(),
                     due: Vec::new(),
-                    layout: Layout::new(),
+                    layout: Layout::new(policy),
                 }),
                 bounds: [
                     CopyBounds([AtomicU64::new(u64::MAX), AtomicU64::new(0)]),

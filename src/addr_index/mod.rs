@@ -11,8 +11,9 @@
 //!   [`Removed`]);
 //! * `slab.rs`: the type-stable range nodes (range, id, base, tag, flags);
 //! * `index.rs`: [`AddrIndex`] itself (its parts, construction, `Drop`);
-//! * `layout.rs`: where a large tree's nodes lie in memory (van Emde Boas
-//!   order, set at each rebuild);
+//! * `layout/`: where a large tree's nodes lie in memory: when a rebuild
+//!   moves them into van Emde Boas order (`mod.rs`, with the
+//!   [`LayoutPolicy`]) and how (`migration.rs`);
 //! * `queries.rs`: every read;
 //! * `handler.rs`: reads from a signal handler ([`HandlerSection`]);
 //! * `batch.rs`: the operations inside a write ([`IndexBatch`]);
@@ -46,5 +47,6 @@ pub use batch::IndexBatch;
 pub use error::{AddrIndexError, InsertError};
 pub use handler::HandlerSection;
 pub use index::AddrIndex;
+pub use layout::LayoutPolicy;
 pub use module::{ModuleRef, Removed};
 pub use types::{Hit, ModuleId, ModuleMeta, RawHit, Segment};

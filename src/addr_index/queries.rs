@@ -1,9 +1,10 @@
 //! Every read of the address index. Each answer comes from one validated
 //! version (one latch read): ranges, records and counts always agree.
 
-use super::index::{AddrIndex, Node};
+use super::index::AddrIndex;
 use super::module::ModuleRef;
 use super::record::Record;
+use super::slab::Node;
 use super::types::{Hit, ModuleId, RawHit};
 use crate::raw::{Dir, View};
 use crate::sync::Ordering;

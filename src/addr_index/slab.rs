@@ -46,6 +46,7 @@
 //! record (`record.rs`), which is reclaimed through the epoch, never inside a
 //! reader.
 
+use super::record::Record;
 use crate::raw::{Height, KidKeys, Kids, LinkRef, Linked, Links, Parent};
 use crate::sync::{AtomicPtr, AtomicU64, Ordering};
 use alloc::alloc::Layout;
@@ -89,6 +90,9 @@ const _: () = assert!(core::mem::size_of::<RangeNode<()>>() <= 128);
 // exactly the first line (on 64-bit targets, where a link is a word).
 #[cfg(target_pointer_width = "64")]
 const _: () = assert!(core::mem::offset_of!(RangeNode<()>, tag) == 64);
+
+/// A node of an `AddrIndex<T>`: its module records are `Record<T>`s.
+pub(super) type Node<T> = RangeNode<Record<T>>;
 
 /// What [`Slab::alloc`] writes into a node.
 #[derive(Debug)]

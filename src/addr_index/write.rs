@@ -24,8 +24,9 @@
 use super::batch::{IndexBatch, prepare};
 use super::error::InsertError;
 use super::garbage::{Garbage, Pool};
-use super::index::{AddrIndex, Ending, Node, Writer};
+use super::index::{AddrIndex, Ending, Writer};
 use super::module::Removed;
+use super::slab::Node;
 use super::table::Dirty;
 use super::types::{ModuleId, ModuleMeta, Segment};
 use crate::raw::Txn;

@@ -52,20 +52,13 @@ struct Locked<N, W> {
     shape: Shape,
     ends: Ends<N>,
     /// Roots of whole trees that left both copies ([`Txn::adopt`]), not yet
-    /// released: each commit releases a slice of them ([`DISMANTLE`]).
+    /// released: the front-end releases them at its own pace
+    /// ([`Txn::release_retired`]), or drains them ([`RawTree::drain_nodes`]).
     /// Their nodes keep the copy-1 links of the moment they left, as the
     /// cleared nodes of `Op::Clear` do (nothing links a node outside the
     /// tree), until released.
     retiring: Vec<NonNull<N>>,
 }
-
-/// The most nodes of retiring trees one commit releases: a whole tree of
-/// 262 144 nodes at once took milliseconds (its nodes are cold); this many
-/// take some 25 µs (as a slice of `addr_index/layout.rs`). Small in debug
-/// builds, so that the tests spread a release over many writes, but not
-/// below a migration's pace there (`layout.rs`: 3 units a write, 8 more a
-/// change), or trees would pile up waiting.
-const DISMANTLE: usize = if cfg!(debug_assertions) { 16 } else { 512 };
 
 impl<N, W> core::fmt::Debug for RawTree<N, W> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
@@ -192,6 +185,7 @@ impl<N: Linked, W> RawTree<N, W> {
                 started: &mut started,
                 shape: &mut *shape,
                 ends: &mut *ends,
+                retiring: &mut *retiring,
             };
             let r = body(&mut txn, &mut *w);
             // Inside the caught closure: a mismatch (a bug of `raw/`) rolls
@@ -280,10 +274,6 @@ impl<N: Linked, W> RawTree<N, W> {
                         Op::Insert { .. } | Op::Rebuild => {}
                     }
                 }
-                // SAFETY: the retiring trees left both copies in this or an
-                // earlier commit (after its last flip), and hold their copy-1
-                // links of that moment (see `Locked::retiring`).
-                unsafe { dismantle(retiring, DISMANTLE, |n| release(w, n)) };
                 r
             }
             Err(panic) => {
@@ -519,7 +509,7 @@ impl<N: Linked, W> RawTree<N, W> {
 /// # Safety
 /// Every node reachable from `stack` through copy-1 links is live, in no
 /// copy, and reachable once; none is released elsewhere.
-unsafe fn dismantle<N: Linked>(
+pub(super) unsafe fn dismantle<N: Linked>(
     stack: &mut Vec<NonNull<N>>,
     max: usize,
     mut release: impl FnMut(NonNull<N>),

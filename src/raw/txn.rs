@@ -83,6 +83,10 @@ pub(crate) struct Txn<'t, N> {
     pub(super) shape: &'t mut Shape,
     /// Copy 0's first and last node, updated by each change.
     pub(super) ends: &'t mut Ends<N>,
+    /// Roots of whole trees that left both copies in earlier commits and
+    /// are not released yet (`RawTree::write` releases a slice of them at
+    /// each commit).
+    pub(super) retiring: &'t mut Vec<NonNull<N>>,
 }
 
 /// Copy 0's first and last node (null: empty), kept by every change that
@@ -502,6 +506,33 @@ impl<'t, N: Linked> Txn<'t, N> {
         }
     }
 
+    /// Whether a whole tree that left both copies ([`Txn::adopt`]) is not
+    /// released yet, or this transaction adopted one: a front-end that
+    /// builds whole trees off to the side waits for it, so that at most one
+    /// replaced tree holds memory at a time (a new tree built while old ones
+    /// still wait would let them pile up faster than commits release them).
+    pub(crate) fn retiring(&self) -> bool {
+        !self.retiring.is_empty()
+            || self
+                .log
+                .iter()
+                .rev()
+                .any(|op| matches!(op, Op::Adopt { .. }))
+    }
+
+    /// Releases up to `max` nodes of the whole trees that left both copies
+    /// in earlier commits ([`Txn::adopt`]), handing each to `release`: the
+    /// front-end that adopts trees gives their memory back at its own pace
+    /// (no commit does). The nodes left both copies before this transaction
+    /// began, as any node a commit releases.
+    pub(crate) fn release_retired(&mut self, max: usize, release: impl FnMut(NonNull<N>)) {
+        // SAFETY: the retiring trees left both copies in an earlier commit
+        // (after its last flip), and hold their copy-1 links of that moment
+        // (see `RawTree`'s `Locked::retiring`); this transaction's own
+        // adoption, if any, is still in its log.
+        unsafe { super::tree::dismantle(self.retiring, max, release) };
+    }
+
     /// Hands back `node`, which was never linked, to be released when the
     /// transaction ends (commit or rollback): for a front-end that owns a
     /// node while user code (a comparison) may still panic.
@@ -540,6 +571,7 @@ impl<N> Txn<'_, N> {
             started: &mut *self.started,
             shape: &mut *self.shape,
             ends: &mut *self.ends,
+            retiring: &mut *self.retiring,
         }
     }
 }

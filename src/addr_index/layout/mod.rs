@@ -1,0 +1,264 @@
+//! Where a large index's range nodes lie in memory: when a tree is moved
+//! into fresh memory in van Emde Boas order, and how much of that work one
+//! write does ([`LayoutPolicy`]); the move itself is `migration.rs`'s.
+//!
+//! Nodes are allocated in the order ranges arrive, which for a loader or a
+//! JIT is address order, so a balanced tree over them keeps each level's
+//! nodes spread across the whole slab: past the last-level cache every
+//! node of a lookup's path lies on its own page (a TLB miss a level). So a
+//! tree of at least [`LayoutPolicy::layout_min`] ranges is rebuilt by a
+//! *migration* into fresh slab memory in van Emde Boas order
+//! (`raw::VebOrder`): a subtree of 4 or 5 levels then shares a 4 KiB page.
+//! A smaller tree is rebuilt in place by the commit that makes it due
+//! (`raw`'s own cadence).
+//!
+//! # When
+//!
+//! * A migration starts once the tree is due a rebuild (`Txn::rebuild_due`)
+//!   and [`LayoutPolicy::move_every`] allows it, and never while a tree an
+//!   earlier migration replaced still holds memory (`Txn::retiring`): so at
+//!   most one replaced tree waits at a time, and the slab stays within
+//!   about twice the largest live tree (`tests.rs` checks the bound over
+//!   random operation mixes).
+//! * Each write that changed something does a slice of the migration
+//!   running ([`LayoutPolicy::slice`], plus
+//!   [`LayoutPolicy::work_per_change`] for each change it made, so that a
+//!   bulk batch leaves its tree migrated), and gives back up to
+//!   [`LayoutPolicy::release_per_write`] nodes of the replaced tree.
+//! * [`rebalance`](Layout::rebalance) runs a whole migration in its one
+//!   write (after giving back every replaced tree first), for the exact
+//!   shape at once.
+//!
+//! While a migration runs, no write rebuilds the tree (`Txn::defer_rebuilds`):
+//! it keeps the shape it had, which the red-black rules bound anyway. A
+//! large tree is rebuilt only by migration, never in place by its commit.
+
+mod migration;
+#[cfg(all(test, not(latchtree_loom)))]
+mod tests;
+
+use super::record::Record;
+use super::slab::{Node, Slab};
+use crate::raw::Txn;
+use alloc::boxed::Box;
+use migration::Migration;
+
+/// How an [`AddrIndex`](crate::AddrIndex) lays out a large tree: when a
+/// rebuild moves it into fresh memory, and how much of that work one write
+/// does. One value per index, fixed when it is created, the same in debug
+/// and release builds; [`AddrIndex::new`](crate::AddrIndex::new) takes
+/// [`DEFAULT`](LayoutPolicy::DEFAULT). Not part of the documented API: for
+/// tests that need small thresholds (they ask for them with
+/// [`AddrIndex::with_policy`](crate::AddrIndex::with_policy)) and for
+/// measurements.
+///
+/// Work is counted in *units*: a range collected, a node built, four
+/// recycled free nodes reserved (or one never written) each count one;
+/// about 50 ns a unit with cold nodes.
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LayoutPolicy {
+    /// The fewest ranges a tree must hold for a rebuild to move it: below
+    /// that its nodes' first cache lines fit the L2 cache and its pages the
+    /// first-level TLB, so the order in memory hardly matters (4096 in
+    /// [`DEFAULT`](LayoutPolicy::DEFAULT); a rebuild in place of 4096 nodes
+    /// takes well under a millisecond).
+    pub layout_min: usize,
+    /// A migration starts only once the inserts and erases since the last
+    /// rebuild or adoption reach `len / move_every`. A migration moves every
+    /// node (some 550 instructions a node over its phases), so growth by
+    /// single inserts pays about `move_every + 1` moves a node; 2 kept
+    /// growth to 65 536 under 4,000 instructions an insert in every order,
+    /// at some 3 % of lookup time on a tree grown since its last move.
+    pub move_every: usize,
+    /// The units of migration work at the end of one write (512: a slice
+    /// takes some 25 µs; 2048 gave a p99 insert twice as slow).
+    pub slice: usize,
+    /// The units a write may add to its slice for each change it made:
+    /// more than catching the change up costs, so that a migration keeps
+    /// up with writes of any size.
+    pub work_per_change: usize,
+    /// What catching up one change costs: a search of the shadow from its
+    /// root, a cold node a level (some 1.5 µs at 262 144 ranges).
+    pub catch_up_cost: usize,
+    /// What placing a node costs when it starts a page of the shadow's rank
+    /// map: a fresh 4 KiB page to allocate and fault in (2–7 µs).
+    pub map_page_cost: usize,
+    /// The most nodes of a tree a migration replaced that one write gives
+    /// back to the slab's free list (512: some 25 µs of cold nodes; a whole
+    /// tree of 262 144 at once took milliseconds).
+    pub release_per_write: usize,
+}
+
+impl LayoutPolicy {
+    /// What [`AddrIndex::new`](crate::AddrIndex::new) uses. Under the
+    /// crate's loom build, `layout_min` is 4 (its models move 4 nodes).
+    pub const DEFAULT: LayoutPolicy = LayoutPolicy {
+        layout_min: if cfg!(latchtree_loom) { 4 } else { 4096 },
+        move_every: 2,
+        slice: 512,
+        work_per_change: 32,
+        catch_up_cost: 24,
+        map_page_cost: 64,
+        release_per_write: 512,
+    };
+
+    /// Tiny thresholds, for tests: trees from `layout_min` ranges up
+    /// migrate, over many writes (a few units a slice), so that small
+    /// trees exercise every phase with writes interleaved.
+    pub const fn small(layout_min: usize) -> LayoutPolicy {
+        LayoutPolicy {
+            layout_min,
+            move_every: 8,
+            slice: 3,
+            work_per_change: 8,
+            catch_up_cost: 1,
+            map_page_cost: 1,
+            release_per_write: 16,
+        }
+    }
+
+    /// What growing the slab by a chunk counts against a slice: more than
+    /// a single insert's whole budget, so that such a write grows one chunk
+    /// at most.
+    const fn chunk_cost(&self) -> usize {
+        2 * self.slice
+    }
+}
+
+impl Default for LayoutPolicy {
+    fn default() -> Self {
+        LayoutPolicy::DEFAULT
+    }
+}
+
+/// The writer's layout state: its policy and the migration running, if any.
+pub(super) struct Layout<T> {
+    policy: LayoutPolicy,
+    migration: Option<Box<Migration<T>>>,
+    /// Migrations adopted so far (tests).
+    pub(super) adopted: usize,
+    /// Whether a build ever placed a node at a lower address than the one
+    /// before it (tests: never, the reserve hands nodes out lowest first).
+    pub(super) out_of_order: bool,
+}
+
+impl<T> Layout<T> {
+    pub(super) const fn new(policy: LayoutPolicy) -> Self {
+        Layout {
+            policy,
+            migration: None,
+            adopted: 0,
+            out_of_order: false,
+        }
+    }
+
+    /// Whether a migration is running (tests).
+    #[cfg(test)]
+    pub(super) fn running(&self) -> bool {
+        self.migration.is_some()
+    }
+
+    /// Drops a running migration without giving its nodes back: for
+    /// compaction (`compact.rs`), which frees the whole slab they live in.
+    pub(super) fn forget(&mut self) {
+        self.migration = None;
+    }
+
+    /// The end of every batch that returned: gives back a slice of the
+    /// tree the last migration replaced, records the write's changes for
+    /// the migration running and does a slice of it, or starts one if the
+    /// writes made a rebuild due (a small tree rebuilds in place at once).
+    /// Nothing in a write that changed nothing (a slice would flip `seq`
+    /// for it).
+    pub(super) fn settle(&mut self, txn: &mut Txn<'_, Node<T>>, slab: &mut Slab<Record<T>>) {
+        if !txn.started() {
+            return;
+        }
+        txn.release_retired(self.policy.release_per_write, |n| slab.recycle(n));
+        let large = txn.len() >= self.policy.layout_min;
+        if let Some(m) = &mut self.migration {
+            if !m.record(txn) {
+                self.abandon(slab);
+            }
+        } else if !large {
+            if txn.rebuild_due() {
+                txn.rebuild();
+            }
+        } else if self.move_due(txn) {
+            self.migration = Some(Migration::new());
+        }
+        if self.migration.is_none() {
+            // Nothing to do (the common case: most writes of most trees).
+            txn.defer_rebuilds(large);
+            return;
+        }
+        // A write of many changes (a batch) takes time in proportion anyway:
+        // it may take the migration's work in proportion too, so that a bulk
+        // load of n ranges leaves its tree rebuilt (a node costs about five
+        // units over the phases).
+        let mut changes = 0_usize;
+        txn.changes(|_| changes += 1);
+        let budget =
+            (self.policy.slice).saturating_add(changes.saturating_mul(self.policy.work_per_change));
+        self.step(txn, slab, budget);
+    }
+
+    /// Rebuilds the version being built into the balanced shape within
+    /// this write: a tree of at least `layout_min` nodes by a whole
+    /// migration (any migration running is dropped first: what it built
+    /// has missed this write's changes), a smaller one in place.
+    pub(super) fn rebalance(&mut self, txn: &mut Txn<'_, Node<T>>, slab: &mut Slab<Record<T>>) {
+        self.abandon(slab);
+        // The trees earlier migrations replaced go back first, so that this
+        // one builds in their memory.
+        txn.release_retired(usize::MAX, |n| slab.recycle(n));
+        if txn.balanced() {
+        } else if txn.len() >= self.policy.layout_min {
+            txn.begin();
+            self.migration = Some(Migration::new());
+            self.step(txn, slab, usize::MAX);
+            debug_assert!(self.migration.is_none(), "a whole migration in one write");
+        } else {
+            txn.rebuild();
+        }
+        txn.defer_rebuilds(self.migration.is_some());
+    }
+
+    fn abandon(&mut self, slab: &mut Slab<Record<T>>) {
+        if let Some(m) = self.migration.take() {
+            m.abandon(slab);
+        }
+    }
+
+    /// A slice of the migration running, if any, then its adoption if it
+    /// is ready.
+    fn step(&mut self, txn: &mut Txn<'_, Node<T>>, slab: &mut Slab<Record<T>>, budget: usize) {
+        // Out of `self` while it works: a panic below drops it (see
+        // `migration.rs`).
+        if let Some(mut m) = self.migration.take() {
+            if m.advance(txn, slab, &self.policy, budget) {
+                self.out_of_order |= m.out_of_order();
+                // SAFETY: the shadow's nodes are slab nodes (allocated as
+                // long as the index) in no copy, holding copy 0's content
+                // (collected, then caught up with every change since).
+                unsafe { m.adopt(txn) };
+                self.adopted += 1;
+            } else {
+                self.migration = Some(m);
+            }
+        }
+        let large = txn.len() >= self.policy.layout_min;
+        txn.defer_rebuilds(self.migration.is_some() || large);
+    }
+
+    /// Whether a write should start moving a large tree (see
+    /// [`LayoutPolicy::move_every`]).
+    fn move_due(&self, txn: &Txn<'_, Node<T>>) -> bool {
+        let p = &self.policy;
+        txn.len() >= p.layout_min
+            && txn.rebuild_due()
+            && txn.updates() >= txn.len() / p.move_every
+            && !txn.retiring()
+    }
+}

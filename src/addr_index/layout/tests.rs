@@ -1,0 +1,502 @@
+use super::LayoutPolicy;
+use crate::{AddrIndex, ModuleId};
+use std::collections::BTreeMap;
+
+/// The policies a test runs under: tiny thresholds (migrations of small
+/// trees spread over many writes) and, but under Miri, the default one.
+fn policies() -> Vec<LayoutPolicy> {
+    if cfg!(miri) {
+        vec![LayoutPolicy::small(16)]
+    } else {
+        vec![LayoutPolicy::small(2), LayoutPolicy::DEFAULT]
+    }
+}
+
+/// The nodes' addresses in key order, and whether the copy readers use
+/// is in the balanced shape.
+fn layout(index: &AddrIndex<u64>) -> (Vec<usize>, bool) {
+    index.read(|view| {
+        let mut addrs = Vec::new();
+        view.walk(|n| addrs.push(core::ptr::from_ref(n).addr()))?;
+        Some((addrs, view.exact()))
+    })
+}
+
+/// Whether the nodes lie at rising addresses in van Emde Boas order.
+fn in_van_emde_boas_order(addrs: &[usize]) -> bool {
+    let ranks = crate::raw::van_emde_boas(addrs.len());
+    ranks.windows(2).all(|w| addrs[w[0]] < addrs[w[1]])
+}
+
+/// `(migrations adopted, one running, a build placed a node out of
+/// order)`.
+fn migrations(index: &AddrIndex<u64>) -> (usize, bool, bool) {
+    index.tree.write(
+        |_, w| {
+            let l = &w.layout;
+            (l.adopted, l.migration.is_some(), l.out_of_order)
+        },
+        |_, _, _| {},
+        |_, _| {},
+    )
+}
+
+fn shuffle(keys: &mut [u64], mut x: u64) {
+    for i in (1..keys.len()).rev() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        keys.swap(i, (x % (i as u64 + 1)) as usize);
+    }
+}
+
+/// Growing a tree past `layout_min` by single inserts migrates it over
+/// many writes (each adopted tree built at rising addresses), for
+/// ascending, descending and random growth; `rebalance` lays the nodes
+/// out in van Emde Boas order within its one write, in the exact shape;
+/// the index answers as before, and later migrations reuse the memory
+/// the earlier ones freed.
+#[test]
+fn large_rebuilds_lay_nodes_out_in_van_emde_boas_order() {
+    for (policy, order) in policies()
+        .into_iter()
+        .flat_map(|p| ["ascending", "descending", "random"].map(|o| (p, o)))
+    {
+        // Under Miri, past a few rebuilds in place.
+        let n = if cfg!(miri) {
+            3 * policy.layout_min
+        } else {
+            2 * policy.layout_min.max(700)
+        } as u64;
+        let index = AddrIndex::with_policy(policy);
+        let mut keys: Vec<u64> = (0..n).collect();
+        match order {
+            "descending" => keys.reverse(),
+            "random" => shuffle(&mut keys, 0x9e37_79b9_7f4a_7c15),
+            _ => {}
+        }
+        let mut spanned = false;
+        for &k in &keys {
+            index.insert(k * 16..k * 16 + 8, k).unwrap();
+            spanned |= migrations(&index).1;
+        }
+        let (adopted, _, out_of_order) = migrations(&index);
+        assert!(
+            adopted > 0 && spanned,
+            "{order}: no write migrated the tree"
+        );
+        assert!(
+            !out_of_order,
+            "{order}: a build placed a node below the last"
+        );
+        index.remove(index.lookup(8 * 16).unwrap().id()).unwrap();
+        index.rebalance();
+        let (addrs, balanced) = layout(&index);
+        assert!(
+            balanced && in_van_emde_boas_order(&addrs),
+            "{order}: rebalance"
+        );
+        assert!(!migrations(&index).1, "{order}: rebalance left a migration");
+        index.check_invariants().unwrap();
+        for k in 0..n {
+            let hit = index.lookup(k * 16 + 3);
+            assert_eq!(
+                hit.map(|h| h.range()),
+                (k != 8).then_some(k * 16..k * 16 + 8)
+            );
+        }
+        let nodes = index
+            .tree
+            .write(|_, w| w.slab.nodes(), |_, _, _| {}, |_, _| {});
+        assert!(
+            nodes <= 3 * n as usize,
+            "{order}: {nodes} nodes in the slab for {n} ranges"
+        );
+    }
+}
+
+/// A migration starts only once `len / move_every` updates came since
+/// the tree was last rebuilt or adopted (at a rebuild's own `len / 8`,
+/// growth by single inserts moved every node some seven times).
+#[test]
+fn migrations_start_no_sooner_than_move_every_allows() {
+    for policy in policies() {
+        migrations_start_no_sooner_than(policy);
+    }
+}
+
+fn migrations_start_no_sooner_than(policy: LayoutPolicy) {
+    let n = if cfg!(miri) {
+        3 * policy.layout_min
+    } else {
+        (3 * policy.layout_min).max(1200)
+    } as u64;
+    let index = AddrIndex::with_policy(policy);
+    let (mut running, mut starts) = (false, 0);
+    for k in 0..n {
+        let (updates, len) =
+            index
+                .tree
+                .write(|txn, _| (txn.updates(), txn.len()), |_, _, _| {}, |_, _| {});
+        index.insert(k * 16..k * 16 + 8, k).unwrap();
+        let now = migrations(&index).1;
+        if now && !running {
+            starts += 1;
+            // The insert's own update and range.
+            let (updates, len) = (updates + 1, len + 1);
+            assert!(
+                updates >= len / policy.move_every,
+                "a migration started after {updates} updates at {len} ranges"
+            );
+        }
+        running = now;
+    }
+    assert!(starts > 0, "no migration started");
+}
+
+/// Inserts, removes, value replacements and batches (some of which
+/// panic and roll back) interleaved with migrations in progress: after
+/// every write the index equals a model, its invariants hold, and
+/// every adopted tree held every change made while it was built (debug
+/// builds check that at each adoption).
+#[test]
+fn writes_during_a_migration_reach_the_adopted_tree() {
+    for policy in policies() {
+        writes_during_a_migration_reach_the_adopted_tree_with(policy);
+    }
+}
+
+fn writes_during_a_migration_reach_the_adopted_tree_with(policy: LayoutPolicy) {
+    // Keys for trees past `layout_min` (the rounds grow with them),
+    // checked less often when large.
+    let space = (policy.layout_min as u64 * 2).max(if cfg!(miri) { 96 } else { 600 });
+    let rounds = if cfg!(miri) {
+        150
+    } else {
+        (space * 5).max(3000)
+    };
+    let every = if cfg!(miri) {
+        25
+    } else if space > 1000 {
+        97
+    } else {
+        7
+    };
+    let index = AddrIndex::with_policy(policy);
+    let mut model: BTreeMap<u64, (ModuleId, u64)> = BTreeMap::new();
+    let mut x = 0x2545_f491_4f6c_dd1d_u64;
+    let mut rand = move |m: u64| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x % m
+    };
+    let (mut panicked_mid, mut wrote_mid) = (0, 0);
+    for round in 0..rounds {
+        // Half the keys rising (a loader's order: the inserts that make
+        // rebuilds due soonest), half anywhere.
+        let k = if rand(2) == 0 {
+            round / 2 % space
+        } else {
+            rand(space)
+        };
+        let running = migrations(&index).1;
+        match rand(8) {
+            0..=3 => {
+                if let std::collections::btree_map::Entry::Vacant(e) = model.entry(k) {
+                    let id = index.insert(k * 16..k * 16 + 8, round).unwrap();
+                    e.insert((id, round));
+                }
+            }
+            4 => {
+                if let Some((id, _)) = model.remove(&k) {
+                    index.remove(id).unwrap();
+                }
+            }
+            5 => {
+                if let Some((id, v)) = model.get_mut(&k) {
+                    index.set_value(*id, round, 0).unwrap();
+                    *v = round;
+                }
+            }
+            // Without `std` a panic inside a write aborts (`unwind.rs`).
+            6 if cfg!(feature = "std") => {
+                // A batch of several changes that panics at the end.
+                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    index.write(|b| {
+                        for j in 0..4 {
+                            let _ = b.insert((space + j) * 16..(space + j) * 16 + 8, round);
+                        }
+                        if let Some((id, _)) = model.get(&k) {
+                            b.remove(*id);
+                        }
+                        panic!("planned panic");
+                    })
+                }));
+                assert!(r.is_err());
+                panicked_mid += usize::from(running);
+            }
+            _ => {
+                // A committed batch: remove one, insert two.
+                let gone = model.remove(&k);
+                let fresh: Vec<u64> = (0..2).map(|_| rand(space)).collect();
+                index.write(|b| {
+                    if let Some((id, _)) = gone {
+                        b.remove(id).unwrap();
+                    }
+                    for &f in &fresh {
+                        if let std::collections::btree_map::Entry::Vacant(e) = model.entry(f) {
+                            let id = b.insert(f * 16..f * 16 + 8, round).unwrap();
+                            e.insert((id, round));
+                        }
+                    }
+                });
+            }
+        }
+        wrote_mid += usize::from(running);
+        if round % every == 0 {
+            index.check_invariants().unwrap();
+            let got: Vec<(u64, u64)> = index
+                .snapshot(&index.pin())
+                .iter()
+                .map(|h| (h.range().start / 16, *h.value()))
+                .collect();
+            let want: Vec<(u64, u64)> = model.iter().map(|(&k, &(_, v))| (k, v)).collect();
+            assert_eq!(got, want, "round {round}");
+        }
+    }
+    let (adopted, _, _) = migrations(&index);
+    eprintln!("{adopted} migrations adopted over {rounds} rounds of {space} keys");
+    assert!(adopted > 2, "only {adopted} migrations adopted");
+    assert!(
+        wrote_mid > 0 && (panicked_mid > 0 || !cfg!(feature = "std")),
+        "no write during a migration"
+    );
+    index.rebalance();
+    index.check_invariants().unwrap();
+    assert!(layout(&index).1, "rebalance gives the exact shape");
+}
+
+/// One write of [`slab_stays_within_twice_the_largest_tree`].
+#[derive(Clone, Debug)]
+enum Churn {
+    /// Single inserts of this many new ranges.
+    Insert(usize),
+    /// Single removes of this many live modules (picked by this seed).
+    Remove(usize, u64),
+    /// One batch inserting this many ranges.
+    BatchInsert(usize),
+    /// One batch removing this many modules.
+    BatchRemove(usize, u64),
+    /// One batch removing this many and inserting as many.
+    BatchSwap(usize, u64),
+    /// A batch of this many inserts and removes that panics (rolled back).
+    RolledBack(usize, u64),
+    /// New values for this many modules.
+    SetValue(usize, u64),
+    Rebalance,
+    Flush,
+    Shrink,
+}
+
+/// The slab's node count and the live range count.
+fn slab_and_len(index: &AddrIndex<u64>) -> (usize, usize) {
+    index.tree.write(
+        |txn, w| (w.slab.nodes(), txn.len()),
+        |_, _, _| {},
+        |_, _| {},
+    )
+}
+
+/// Random mixes of single and batched inserts and removes, `set_value`,
+/// `rebalance`, rolled-back batches, `flush` and `shrink_to_fit`, on trees
+/// that cross `layout_min` both ways: after every write the slab holds no
+/// more nodes than a fresh slab grown to hold twice the largest tree a
+/// write held since the last `shrink_to_fit` (the live ranges plus those
+/// the write added): the live tree plus one more, either a migration's
+/// shadow or the tree the last one replaced, never both. Batch churn plus
+/// `rebalance` used to add a whole replaced tree to the slab every round
+/// (a commit gave back 512 nodes of the replaced trees, `rebalance`
+/// replaced the whole tree each time): 146 MB after 300 rounds of 5,100
+/// ranges.
+mod slab_bound {
+    use super::*;
+    use crate::addr_index::slab::Slab;
+    use proptest::prelude::*;
+
+    /// `(policy, largest batch)`: release builds cross the default
+    /// threshold (4096) with batches of up to 3000; debug builds and Miri
+    /// use tiny thresholds and small trees.
+    fn setup() -> (LayoutPolicy, usize) {
+        if cfg!(miri) {
+            (LayoutPolicy::small(16), 24)
+        } else if cfg!(debug_assertions) {
+            (LayoutPolicy::small(64), 120)
+        } else {
+            (LayoutPolicy::DEFAULT, 3000)
+        }
+    }
+
+    fn churn(max: usize) -> impl Strategy<Value = Churn> {
+        prop_oneof![
+            2 => (1..max / 8 + 2).prop_map(Churn::Insert),
+            1 => (1..max / 8 + 2, any::<u64>()).prop_map(|(n, s)| Churn::Remove(n, s)),
+            3 => (1..max).prop_map(Churn::BatchInsert),
+            2 => (1..max, any::<u64>()).prop_map(|(n, s)| Churn::BatchRemove(n, s)),
+            3 => (1..max, any::<u64>()).prop_map(|(n, s)| Churn::BatchSwap(n, s)),
+            1 => (1..max, any::<u64>()).prop_map(|(n, s)| Churn::RolledBack(n, s)),
+            1 => (1..max / 8 + 2, any::<u64>()).prop_map(|(n, s)| Churn::SetValue(n, s)),
+            3 => Just(Churn::Rebalance),
+            1 => Just(Churn::Flush),
+            1 => Just(Churn::Shrink),
+        ]
+    }
+
+    /// `n` of `ids` picked by `seed`, taken out of it.
+    fn take(ids: &mut Vec<ModuleId>, n: usize, mut seed: u64) -> Vec<ModuleId> {
+        (0..n.min(ids.len()))
+            .map(|_| {
+                seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+                ids.swap_remove((seed >> 33) as usize % ids.len())
+            })
+            .collect()
+    }
+
+    fn run_with(policy: LayoutPolicy, ops: &[Churn]) -> Result<(), TestCaseError> {
+        let mut index = AddrIndex::with_policy(policy);
+        let mut ids: Vec<ModuleId> = Vec::new();
+        let mut next = 0_u64;
+        let mut fresh = |n: usize| {
+            let keys: Vec<u64> = (next..next + n as u64).collect();
+            next += n as u64;
+            keys
+        };
+        let range = |k: u64| k * 16..k * 16 + 8;
+        let mut peak = 0;
+        for (i, op) in ops.iter().enumerate() {
+            let (_, before) = slab_and_len(&index);
+            let mut added = 0;
+            match op {
+                Churn::Insert(n) => {
+                    for k in fresh(*n) {
+                        ids.push(index.insert(range(k), k).unwrap());
+                    }
+                    added = *n;
+                }
+                Churn::Remove(n, s) => {
+                    for id in take(&mut ids, *n, *s) {
+                        index.remove(id).unwrap();
+                    }
+                }
+                Churn::BatchInsert(n) => {
+                    let keys = fresh(*n);
+                    index.write(|b| {
+                        ids.extend(keys.iter().map(|&k| b.insert(range(k), k).unwrap()))
+                    });
+                    added = *n;
+                }
+                Churn::BatchRemove(n, s) => {
+                    let gone = take(&mut ids, *n, *s);
+                    index.write(|b| gone.iter().for_each(|&id| drop(b.remove(id).unwrap())));
+                }
+                Churn::BatchSwap(n, s) => {
+                    let gone = take(&mut ids, *n, *s);
+                    let keys = fresh(*n);
+                    index.write(|b| {
+                        gone.iter().for_each(|&id| drop(b.remove(id).unwrap()));
+                        ids.extend(keys.iter().map(|&k| b.insert(range(k), k).unwrap()))
+                    });
+                    added = *n;
+                }
+                Churn::RolledBack(n, s) => {
+                    let mut kept = ids.clone();
+                    let gone = take(&mut kept, *n, *s);
+                    let keys = fresh(*n);
+                    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        index.write(|b| {
+                            gone.iter().for_each(|&id| drop(b.remove(id).unwrap()));
+                            for &k in &keys {
+                                b.insert(range(k), k).unwrap();
+                            }
+                            std::panic::resume_unwind(Box::new("a planned rollback"));
+                        })
+                    }));
+                    prop_assert!(r.is_err());
+                    added = *n;
+                }
+                Churn::SetValue(n, s) => {
+                    let mut all = ids.clone();
+                    for id in take(&mut all, *n, *s) {
+                        index.set_value(id, 0, 1).unwrap();
+                    }
+                    added = 1;
+                }
+                Churn::Rebalance => index.rebalance(),
+                Churn::Flush => index.flush(),
+                Churn::Shrink => {
+                    index.shrink_to_fit();
+                    peak = 0;
+                }
+            }
+            let (nodes, len) = slab_and_len(&index);
+            prop_assert_eq!(len, ids.len());
+            peak = peak.max(before + added).max(len);
+            let bound = Slab::<()>::fresh_nodes(2 * peak);
+            prop_assert!(
+                nodes <= bound,
+                "after write {} ({:?}): {} nodes in the slab, the bound is {} (largest tree {})",
+                i,
+                op,
+                nodes,
+                bound,
+                peak
+            );
+        }
+        index.check_invariants().map_err(TestCaseError::fail)?;
+        Ok(())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig {
+            cases: if cfg!(miri) { 4 } else { 24 },
+            failure_persistence: None,
+            ..ProptestConfig::default()
+        })]
+
+        #[test]
+        fn slab_stays_within_twice_the_largest_tree(
+            ops in proptest::collection::vec(churn(setup().1), 8..if cfg!(miri) { 16 } else { 60 })
+        ) {
+            run_with(setup().0, &ops)?;
+        }
+    }
+
+    /// The churn that found it, as a JIT with a steady set of code does it:
+    /// 4,500 ranges, then rounds of one batch inserting 600 more or removing
+    /// them again, each followed by `rebalance` and `flush`.
+    #[test]
+    fn batch_churn_and_rebalance_keep_the_slab_bounded() {
+        let (steady, rounds) = if cfg!(miri) {
+            (40, 6)
+        } else if cfg!(debug_assertions) {
+            (4500, 12)
+        } else {
+            (4500, 60)
+        };
+        let mut ops = vec![Churn::BatchInsert(steady)];
+        for r in 0..rounds {
+            ops.push(if r % 2 == 0 {
+                Churn::BatchInsert(steady / 8)
+            } else {
+                Churn::BatchRemove(steady / 8, r)
+            });
+            ops.extend([Churn::Rebalance, Churn::Flush]);
+        }
+        let policy = if cfg!(miri) {
+            LayoutPolicy::small(16)
+        } else {
+            LayoutPolicy::DEFAULT
+        };
+        run_with(policy, &ops).unwrap();
+    }
+}
