@@ -8,7 +8,7 @@
 /// rolling it back, so the model only panics in batches with `std`.
 const PANICS_ROLL_BACK: bool = cfg!(feature = "std");
 
-use latchtree::{AddrIndex, AddrIndexError, ModuleId, ModuleMeta, Segment};
+use latchtree::{AddrIndex, AddrIndexError, LayoutPolicy, ModuleId, ModuleMeta, Segment};
 use proptest::prelude::*;
 use std::collections::HashMap;
 use std::ops::Range;
@@ -427,8 +427,18 @@ fn check_addr(index: &AddrIndex<u32>, oracle: &Oracle, a: u64) {
 /// The payload of a deliberately panicking batch.
 struct Abort;
 
-fn run(ops: Vec<Op>) {
-    let index = AddrIndex::new();
+/// The default layout policy, or one that moves trees of two ranges and
+/// up, a few units of work a write (migrations then span many writes).
+fn policy(small: bool) -> LayoutPolicy {
+    if small {
+        LayoutPolicy::small(2)
+    } else {
+        LayoutPolicy::DEFAULT
+    }
+}
+
+fn run(ops: Vec<Op>, small: bool) {
+    let index = AddrIndex::with_policy(policy(small));
     let mut oracle = Oracle::default();
     for op in ops {
         match op {
@@ -514,9 +524,12 @@ proptest! {
     })]
 
     #[test]
-    fn matches_linear_scan(ops in prop::collection::vec(op(), 0..if cfg!(miri) { 25 } else { 150 })) {
+    fn matches_linear_scan(
+        ops in prop::collection::vec(op(), 0..if cfg!(miri) { 25 } else { 150 }),
+        small in any::<bool>(),
+    ) {
         quiet_abort_panics();
-        run(ops);
+        run(ops, small);
     }
 }
 
@@ -622,8 +635,11 @@ fn every_insertion_order_agrees_with_a_scan_through_rebuilds() {
         random.swap(i, (rng % (i as u64 + 1)) as usize);
     }
     let orders = [(0..n).collect::<Vec<_>>(), (0..n).rev().collect(), random];
-    for order in orders {
-        let index = AddrIndex::new();
+    for (order, small) in orders
+        .into_iter()
+        .flat_map(|o| [(o.clone(), true), (o, false)])
+    {
+        let index = AddrIndex::with_policy(policy(small));
         let mut live = std::collections::BTreeMap::new();
         let verify =
             |index: &AddrIndex<u64>,

@@ -77,7 +77,7 @@ impl Drop for Value {
 fn insert_and_remove_recycle_records_and_values() {
     // At 84 ranges, rebuilds (every `n / 8` writes at most) are rare. Below
     // 16, a debug build's rebuilds, which relocate and allocate their node
-    // lists, come every few writes (`layout.rs`: `LAYOUT_MIN`).
+    // lists, come every few writes (`LayoutPolicy::layout_min`).
     let (n, warm, pairs) = if cfg!(miri) {
         (84, 150, 200)
     } else {

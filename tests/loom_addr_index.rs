@@ -133,7 +133,7 @@ fn batch_ranges_records_and_counts_change_together() {
 
 /// A rebuild (`rebalance`) while a reader looks up a stable range. With 4
 /// ranges inserted in ascending order (root 2, with 4 hanging right of 3),
-/// the rebuild moves them (loom's `LAYOUT_MIN`, `addr_index/layout.rs`): a
+/// the rebuild moves them (`LayoutPolicy::DEFAULT`'s `layout_min` under loom): a
 /// whole migration in the one write, whose copies of the 4 nodes, in free
 /// slab memory, are built off to the side in the balanced shape (root 3, 2
 /// over 1 on its left) and adopted by both copies with one root store each

@@ -27,7 +27,8 @@ use std::sync::atomic::{
 use std::thread;
 use std::time::{Duration, Instant};
 
-static INDEX: AddrIndex<String> = AddrIndex::new();
+/// Tiny layout thresholds: the interrupted writes migrate the tree too.
+static INDEX: AddrIndex<String> = AddrIndex::with_policy(latchtree::LayoutPolicy::small(2));
 
 /// The stable module: two ranges, registered before the first signal and
 /// never removed.

@@ -9,7 +9,7 @@
 //! Sizes shrink under Miri. `long_stress` is `#[ignore]`d (about 25 s); run it
 //! with `cargo test --release --test stress -- --ignored`.
 
-use latchtree::{AddrIndex, AddrIndexError, Batch, Collector, LatchTree, ModuleId};
+use latchtree::{AddrIndex, AddrIndexError, Batch, Collector, LatchTree, LayoutPolicy, ModuleId};
 use std::collections::{BTreeMap, HashMap};
 use std::ops::{Bound, Range};
 use std::sync::Arc;
@@ -906,10 +906,10 @@ fn index_writer(
 
 /// Runs readers against one writer on an address index; then checks the
 /// final contents and that every module value was dropped exactly once.
-fn addr_index_stress(cfg: Cfg, seed: u64) {
+fn addr_index_stress(cfg: Cfg, policy: LayoutPolicy, seed: u64) {
     let m = cfg.stable;
     let tally = Arc::new(Tally::default());
-    let index: Index = AddrIndex::new();
+    let index: Index = AddrIndex::with_policy(policy);
     let ids: Vec<ModuleId> = (0..m)
         .map(|k| {
             let ranges: Vec<_> = STABLE_RANGES.iter().map(|&r| in_region(k, r)).collect();
@@ -966,9 +966,22 @@ fn addr_index_stress(cfg: Cfg, seed: u64) {
     tally.wait_balanced_on_default_collector();
 }
 
+/// Tiny layout thresholds: the writer's trees migrate (a few units of
+/// work a write) under the readers all the time.
 #[test]
 fn addr_index_readers_see_stable_modules_while_writer_churns() {
-    addr_index_stress(Cfg::quick(), 7);
+    addr_index_stress(Cfg::quick(), LayoutPolicy::small(2), 7);
+}
+
+/// The policy users get: these trees stay below its threshold and are
+/// rebuilt in place by their commits.
+#[test]
+#[cfg_attr(
+    miri,
+    ignore = "the same paths as the test above but the migration; the budget"
+)]
+fn addr_index_readers_see_stable_modules_while_writer_churns_default_policy() {
+    addr_index_stress(Cfg::quick(), LayoutPolicy::DEFAULT, 8);
 }
 
 #[test]
@@ -1014,7 +1027,8 @@ fn long_stress() {
     let cfg = Cfg::long();
     thread::scope(|s| {
         s.spawn(|| latch_tree_stress(cfg, 1001));
-        s.spawn(|| addr_index_stress(cfg, 2002));
+        s.spawn(|| addr_index_stress(cfg, LayoutPolicy::small(2), 2002));
+        s.spawn(|| addr_index_stress(cfg, LayoutPolicy::DEFAULT, 2003));
     });
     latch_tree_stress(Cfg { stable: 16, ..cfg }, 3003);
 }

@@ -4,14 +4,16 @@
 //! rejected insert changes nothing and hands its value back, removes (and
 //! what they hand back), in-place `set_value`, `lookup` (with base and tag),
 //! `module_address`, `get`, `ranges_of`, `overlapping`, `bounds` and the
-//! counts, with the invariant checker after every operation.
+//! counts, with the invariant checker after every operation. The first
+//! input bit picks the layout policy: the default one, or tiny thresholds
+//! under which trees of two ranges and up migrate over many writes.
 //!
 //! `cargo +nightly fuzz run addr_index -- -max_total_time=60`
 
 #![no_main]
 
 use arbitrary::Arbitrary;
-use latchtree::{AddrIndex, AddrIndexError, ModuleId};
+use latchtree::{AddrIndex, AddrIndexError, LayoutPolicy, ModuleId};
 use libfuzzer_sys::fuzz_target;
 use std::ops::Range;
 
@@ -277,8 +279,13 @@ fn check_addr(index: &AddrIndex<u32>, oracle: &Oracle, addr: u64) {
     );
 }
 
-fuzz_target!(|ops: Vec<Op>| {
-    let index = AddrIndex::new();
+fuzz_target!(|input: (bool, Vec<Op>)| {
+    let (small, ops) = input;
+    let index = AddrIndex::with_policy(if small {
+        LayoutPolicy::small(2)
+    } else {
+        LayoutPolicy::DEFAULT
+    });
     let mut oracle = Oracle {
         modules: Vec::new(),
         last_id: None,

@@ -332,7 +332,7 @@ impl<T> IndexBatch<'_, T> {
     }
 
     /// Rebuilds the version being built into the balanced shape now: a tree
-    /// of at least `layout::LAYOUT_MIN` nodes into fresh
+    /// of at least `LayoutPolicy::layout_min` nodes into fresh
     /// memory in van Emde Boas order (`layout.rs`), a smaller one in place.
     pub(super) fn reshape(&mut self) {
         let w = &mut *self.w;
