@@ -6,7 +6,6 @@
 use super::error::{AddrIndexError, InsertError};
 use super::index::{AddrIndex, Writer};
 use super::module::Removed;
-use super::queries::raw_hit;
 use super::record::Record;
 use super::slab::Fields;
 use super::slab::Node;
@@ -148,7 +147,7 @@ impl<T> IndexBatch<'_, T> {
             Some(Dir::toward(right))
         });
         // SAFETY: nodes of copy 0, live under the lock.
-        let hit = |n: *const Node<T>| raw_hit(unsafe { &*n });
+        let hit = |n: *const Node<T>| unsafe { &*n }.hit();
         match (pred.map(hit), succ.map(hit)) {
             (Some(p), _) if p.end > r.start => Err(p),
             (_, Some(s)) if s.start < r.end => Err(s),
@@ -400,7 +399,7 @@ impl<T> IndexBatch<'_, T> {
             // Relaxed: writer-only reads under the lock.
             let right = addr >= n.start.load(Ordering::Relaxed);
             if right {
-                cand = Some(raw_hit(n));
+                cand = Some(n.hit());
             }
             Some(Dir::toward(right))
         });
@@ -411,12 +410,14 @@ impl<T> IndexBatch<'_, T> {
 /// The node fields of segment `s` of record `r`.
 fn fields<T>(r: &Record<T>, s: &Segment) -> Fields<Record<T>> {
     Fields {
-        start: s.range.start,
-        end: s.range.end,
-        id: r.id,
-        base: r.base,
-        tag: r.tag,
-        flags: s.flags,
+        hit: RawHit {
+            start: s.range.start,
+            end: s.range.end,
+            id: ModuleId(r.id),
+            base: r.base,
+            tag: r.tag,
+            flags: s.flags,
+        },
         module: core::ptr::from_ref(r).cast_mut(),
     }
 }

@@ -23,7 +23,7 @@
 use super::garbage::Garbage;
 use super::index::AddrIndex;
 use super::record::Record;
-use super::slab::{Fields, Slab};
+use super::slab::Slab;
 use alloc::vec::Vec;
 use core::ptr::NonNull;
 
@@ -89,7 +89,7 @@ impl<T> AddrIndex<T> {
                 // flip; these are fresh, and no reader is left anyway.
                 // SAFETY: `c` is a node of `fresh`; `old[k]` was drained from
                 // the tree just now: a live slab node.
-                unsafe { fresh.fill(c, Fields::of(old[k].as_ref())) };
+                unsafe { fresh.fill(c, old[k].as_ref().fields()) };
             }
             let mut new: Vec<NonNull<_>> = copies.clone();
             for (&k, &c) in ranks.iter().zip(&copies) {

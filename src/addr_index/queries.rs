@@ -12,26 +12,12 @@ use alloc::vec::Vec;
 use core::ops::Range;
 use crossbeam_epoch::Guard;
 
-/// A range node's fields, copied out before validation.
-pub(super) fn raw_hit<T>(n: &Node<T>) -> RawHit {
-    // Relaxed: `n` was reached through an Acquire link load; torn values are
-    // caught by the latch re-check.
-    RawHit {
-        start: n.start.load(Ordering::Relaxed),
-        end: n.end.load(Ordering::Relaxed),
-        id: ModuleId(n.id.load(Ordering::Relaxed)),
-        base: n.base.load(Ordering::Relaxed),
-        tag: n.tag.load(Ordering::Relaxed),
-        flags: n.flags.load(Ordering::Relaxed) as u32,
-    }
-}
-
 /// A range node's fields and its module record, copied out before
 /// validation: what guarded reads and handler sections take from a hit.
 #[inline(always)]
 pub(super) fn hit_and_record<T>(n: &Node<T>) -> (RawHit, *mut Record<T>) {
-    // Relaxed: see `raw_hit`.
-    (raw_hit(n), n.module.load(Ordering::Relaxed))
+    let f = n.fields();
+    (f.hit, f.module)
 }
 
 /// One step of the search for the range containing `addr`, at `n`: keeps
@@ -39,7 +25,7 @@ pub(super) fn hit_and_record<T>(n: &Node<T>) -> (RawHit, *mut Record<T>) {
 /// that can contain it) and goes on toward it, without a branch.
 #[inline(always)]
 fn range_step<'a, T>(addr: u64, n: &'a Node<T>, cand: &mut Option<&'a Node<T>>) -> Dir {
-    // Relaxed: see `raw_hit`.
+    // Relaxed: see `RangeNode::hit`.
     let right = addr >= n.start.load(Ordering::Relaxed);
     *cand = if right { Some(n) } else { *cand };
     Dir::toward(right)
@@ -72,7 +58,7 @@ impl<T> AddrIndex<T> {
         }
         // Branch-free descent to a leaf, keeping the last node that starts
         // at or below `addr`: the only range that can contain it.
-        // Relaxed: see `raw_hit`.
+        // Relaxed: see `RangeNode::hit`.
         view.search_by_key(|n| n.start.load(Ordering::Relaxed), |s| addr >= s)
     }
 
@@ -106,7 +92,7 @@ impl<T> AddrIndex<T> {
         // Read the candidate's fields before validation, like every field.
         let cand = |view| {
             Some(containing(self.candidate(view, addr)?, addr, |n| {
-                (raw_hit(n), ())
+                (n.hit(), ())
             }))
         };
         self.read(cand).map(|(hit, ())| hit)
@@ -129,7 +115,7 @@ impl<T> AddrIndex<T> {
     /// ```
     #[inline]
     pub fn lookup_many<const K: usize>(&self, addrs: [u64; K]) -> [Option<RawHit>; K] {
-        self.read(|view| Self::find_many(view, addrs, |n| (raw_hit(n), ())))
+        self.read(|view| Self::find_many(view, addrs, |n| (n.hit(), ())))
             .map(|h| h.map(|(hit, ())| hit))
     }
 

@@ -47,6 +47,7 @@
 //! reader.
 
 use super::record::Record;
+use super::types::{ModuleId, RawHit};
 use crate::raw::{Height, KidKeys, Kids, LinkRef, Linked, Links, Parent};
 use crate::sync::{AtomicPtr, AtomicU64, Ordering};
 use alloc::alloc::Layout;
@@ -94,15 +95,12 @@ const _: () = assert!(core::mem::offset_of!(RangeNode<()>, tag) == 64);
 /// A node of an `AddrIndex<T>`: its module records are `Record<T>`s.
 pub(super) type Node<T> = RangeNode<Record<T>>;
 
-/// What [`Slab::alloc`] writes into a node.
+/// What a node holds besides its links: its range's fields (the plain
+/// record a lookup returns) and its module record. What [`Slab::alloc`]
+/// writes and [`RangeNode::fields`] reads.
 #[derive(Debug)]
 pub(crate) struct Fields<M> {
-    pub(crate) start: u64,
-    pub(crate) end: u64,
-    pub(crate) id: u64,
-    pub(crate) base: u64,
-    pub(crate) tag: u64,
-    pub(crate) flags: u32,
+    pub(crate) hit: RawHit,
     pub(crate) module: *mut M,
 }
 
@@ -163,19 +161,30 @@ impl<M> Clone for Fields<M> {
 }
 impl<M> Copy for Fields<M> {}
 
-impl<M> Fields<M> {
-    /// What `node` holds, read by the writer (its only writer).
-    pub(crate) fn of(node: &RangeNode<M>) -> Self {
-        // Relaxed: stores of this or an earlier write, ordered before this
-        // read by the writer lock.
+impl<M> RangeNode<M> {
+    /// The range's fields. `Relaxed`: a reader reached the node through an
+    /// `Acquire` link load and validates what it copied out (the latch's
+    /// re-check catches torn values); the writer reads stores of this or an
+    /// earlier write, ordered by the writer lock.
+    #[inline(always)]
+    pub(crate) fn hit(&self) -> RawHit {
+        RawHit {
+            start: self.start.load(Ordering::Relaxed),
+            end: self.end.load(Ordering::Relaxed),
+            id: ModuleId(self.id.load(Ordering::Relaxed)),
+            base: self.base.load(Ordering::Relaxed),
+            tag: self.tag.load(Ordering::Relaxed),
+            flags: self.flags.load(Ordering::Relaxed) as u32,
+        }
+    }
+
+    /// The range's fields and the module record (see [`hit`](Self::hit)).
+    #[inline(always)]
+    pub(crate) fn fields(&self) -> Fields<M> {
         Fields {
-            start: node.start.load(Ordering::Relaxed),
-            end: node.end.load(Ordering::Relaxed),
-            id: node.id.load(Ordering::Relaxed),
-            base: node.base.load(Ordering::Relaxed),
-            tag: node.tag.load(Ordering::Relaxed),
-            flags: node.flags.load(Ordering::Relaxed) as u32,
-            module: node.module.load(Ordering::Relaxed),
+            hit: self.hit(),
+            // Relaxed: as in `hit`.
+            module: self.module.load(Ordering::Relaxed),
         }
     }
 }
@@ -267,12 +276,13 @@ impl<M> Slab<M> {
         // Relaxed: sequenced after this transaction's first flip (its
         // Release fence, see the module docs), and published to readers by
         // the Release link store that links the node again.
-        node.start.store(f.start, Ordering::Relaxed);
-        node.end.store(f.end, Ordering::Relaxed);
-        node.id.store(f.id, Ordering::Relaxed);
-        node.base.store(f.base, Ordering::Relaxed);
-        node.tag.store(f.tag, Ordering::Relaxed);
-        node.flags.store(u64::from(f.flags), Ordering::Relaxed);
+        let h = &f.hit;
+        node.start.store(h.start, Ordering::Relaxed);
+        node.end.store(h.end, Ordering::Relaxed);
+        node.id.store(h.id.0, Ordering::Relaxed);
+        node.base.store(h.base, Ordering::Relaxed);
+        node.tag.store(h.tag, Ordering::Relaxed);
+        node.flags.store(u64::from(h.flags), Ordering::Relaxed);
         node.module.store(f.module, Ordering::Relaxed);
     }
 
@@ -478,12 +488,14 @@ mod tests {
     fn large_slabs_grow_by_aligned_huge_page_chunks() {
         let mut slab = Slab::<()>::new();
         let fields = |i: u64| Fields {
-            start: i,
-            end: i + 1,
-            id: i,
-            base: 0,
-            tag: i,
-            flags: 0,
+            hit: RawHit {
+                start: i,
+                end: i + 1,
+                id: ModuleId(i),
+                base: 0,
+                tag: i,
+                flags: 0,
+            },
             module: ptr::null_mut(),
         };
         let nodes: Vec<_> = (0..40_000).map(|i| slab.alloc(fields(i))).collect();

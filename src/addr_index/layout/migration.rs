@@ -285,7 +285,7 @@ impl<T> Migration<T> {
     /// migration is then dropped).
     pub(super) fn record(&mut self, txn: &Txn<'_, Node<T>>) -> bool {
         let frontier = match self.phase {
-            Phase::Collect => self.staged.last().map(|f| f.start),
+            Phase::Collect => self.staged.last().map(|f| f.hit.start),
             _ => Some(u64::MAX),
         };
         let Some(frontier) = frontier else {
@@ -294,8 +294,8 @@ impl<T> Migration<T> {
         let mut cleared = false;
         txn.changes(|c| match c {
             Change::Put(n) => {
-                let f = Fields::of(n);
-                if f.start <= frontier {
+                let f = n.fields();
+                if f.hit.start <= frontier {
                     self.pending.push_back(Edit::Put(f));
                 }
             }
@@ -326,13 +326,13 @@ impl<T> Migration<T> {
         while budget > 0 {
             match self.phase {
                 Phase::Collect => {
-                    let frontier = self.staged.last().map(|f| f.start);
+                    let frontier = self.staged.last().map(|f| f.hit.start);
                     let before = self.staged.len();
                     let done = txn.scan(
                         // Relaxed: writer-only reads under the lock.
                         |n| frontier.is_none_or(|f| n.start.load(Ordering::Relaxed) > f),
                         budget,
-                        |n| self.staged.push(Fields::of(n)),
+                        |n| self.staged.push(n.fields()),
                     );
                     budget -= self.staged.len() - before;
                     if done {
@@ -399,7 +399,7 @@ impl<T> Migration<T> {
     /// Applies one change to the shadow.
     fn apply(&mut self, edit: Edit<T>, slab: &mut Slab<Record<T>>) {
         match edit {
-            Edit::Put(f) => match self.shadow.find(toward(f.start)) {
+            Edit::Put(f) => match self.shadow.find(toward(f.hit.start)) {
                 // SAFETY: a shadow node is a node of this slab.
                 Slot::Occupied(n) => unsafe { slab.fill(n, f) },
                 slot @ Slot::Vacant { .. } => {
@@ -455,12 +455,12 @@ impl<T> Migration<T> {
 /// Debug builds: the shadow holds exactly copy 0's ranges, with the same
 /// fields.
 fn assert_same_content<T>(txn: &Txn<'_, Node<T>>, shadow: &Shadow<Node<T>>) {
-    let key = |f: Fields<Record<T>>| (f.start, f.end, f.id, f.base, f.tag, f.flags, f.module);
+    let key = |f: Fields<Record<T>>| (f.hit, f.module);
     let mut live = Vec::new();
-    txn.scan(|_| true, usize::MAX, |n| live.push(key(Fields::of(n))));
+    txn.scan(|_| true, usize::MAX, |n| live.push(key(n.fields())));
     let built: Vec<_> = (shadow.nodes().into_iter())
         // SAFETY: shadow nodes are live slab nodes.
-        .map(|n| key(Fields::of(unsafe { n.as_ref() })))
+        .map(|n| key(unsafe { n.as_ref() }.fields()))
         .collect();
     assert!(live == built, "the migration lost track of a change");
 }
