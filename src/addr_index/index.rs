@@ -291,7 +291,8 @@ impl<T> AddrIndex<T> {
         #[doc(hidden)]
         pub fn with_policy(policy: LayoutPolicy) -> Self {
             AddrIndex {
-                tree: RawTree::new(Writer {
+                tree: RawTree::new(
+                    Writer {
                     slab: Slab::new(),
                     next_id: 1,
                     dirty: Dirty::new(),
@@ -303,7 +304,10 @@ impl<T> AddrIndex<T> {
                     spare: Spare::new(),
                     due: Vec::new(),
                     layout: Layout::new(policy),
-                }),
+                },
+                    // Large trees move into fresh memory instead (`layout/`).
+                    policy.layout_min.saturating_sub(1),
+                ),
                 bounds: [
                     CopyBounds([AtomicU64::new(u64::MAX), AtomicU64::new(0)]),
                     CopyBounds([AtomicU64::new(u64::MAX), AtomicU64::new(0)]),

@@ -304,7 +304,7 @@ impl<K, V> LatchTree<K, V> {
         /// ```
         pub fn new() -> Self {
             LatchTree {
-                raw: RawTree::new(Writer::new()),
+                raw: RawTree::new(Writer::new(), usize::MAX),
                 reclaim: Reclaimer::global(),
                 returned: AtomicPtr::new(ptr::null_mut()),
                 _owns: PhantomData,
@@ -339,7 +339,7 @@ impl<K, V> LatchTree<K, V> {
     /// An empty tree reclaiming through `reclaim`.
     fn with_reclaimer(reclaim: Reclaimer) -> Self {
         LatchTree {
-            raw: RawTree::new(Writer::new()),
+            raw: RawTree::new(Writer::new(), usize::MAX),
             reclaim,
             returned: AtomicPtr::new(ptr::null_mut()),
             _owns: PhantomData,

@@ -12,12 +12,12 @@
 //! * `rbtree.rs`: red-black insert, erase and replace on one copy;
 //! * `descent.rs`: a reader's root-to-leaf walks and the plan they follow;
 //! * `walk.rs`: in-order walks of one copy (the writer's, a reader's);
-//! * `build.rs`: the balanced shape (bulk build, rebuild, van Emde Boas
-//!   order);
 //! * `check.rs`: the invariant checker;
 //! * `txn.rs`: a write in progress ([`Txn`]) and the log it records;
-//! * `shadow.rs`: a tree built off to the side over several transactions
-//!   ([`Shadow`]) and swapped in whole (`Txn::adopt`);
+//! * `shape/`: when a commit rebuilds a copy and which plan its readers
+//!   follow (`mod.rs`); the balanced shape and the van Emde Boas order
+//!   (`build.rs`); a tree built off to the side over several transactions
+//!   ([`Shadow`], `shadow.rs`) and swapped in whole (`Txn::adopt`);
 //! * `tree.rs`: [`RawTree`]: the writer lock, reads, and each write's
 //!   commit (replay on copy 1) or rollback;
 //! * `cursor.rs`: a reader's position on a node, stepped to its neighbours
@@ -48,14 +48,13 @@
 //!
 //! `check.rs` verifies 1, 2's shape parts and 4 after every test operation.
 
-mod build;
 mod check;
 mod cursor;
 mod descent;
 mod latch;
 mod links;
 mod rbtree;
-mod shadow;
+mod shape;
 mod shared;
 mod tree;
 mod txn;
@@ -63,13 +62,11 @@ mod walk;
 
 pub(crate) use cursor::{Cursor, Step};
 pub(crate) use links::{Dir, Height, KidKeys, Kids, LinkRef, Linked, Links, Parent};
-pub(crate) use shadow::Shadow;
 pub(crate) use shared::View;
 pub(crate) use tree::RawTree;
 pub(crate) use txn::{Change, Slot, Txn};
 
-pub(crate) use build::VebOrder;
-pub(crate) use build::van_emde_boas;
+pub(crate) use shape::{Shadow, VebOrder, van_emde_boas};
 
 #[cfg(all(test, not(latchtree_loom)))]
 mod tests;

@@ -57,7 +57,7 @@ unsafe impl<const E: bool> Sync for Harness<E> {}
 impl Harness {
     fn new() -> Self {
         Harness {
-            tree: RawTree::new(()),
+            tree: RawTree::new((), usize::MAX),
             all: std::sync::Mutex::new(Vec::new()),
         }
     }
@@ -67,7 +67,7 @@ impl Harness<false> {
     /// Nodes with links only (`LatchTree`'s kind).
     fn plain() -> Self {
         Harness {
-            tree: RawTree::new(()),
+            tree: RawTree::new((), usize::MAX),
             all: std::sync::Mutex::new(Vec::new()),
         }
     }
@@ -605,7 +605,7 @@ fn heights_give_every_shape_an_exact_plan() {
             }
             let (height, _, plan) = h.shape();
             let balanced = super::descent::balanced_height(set.len());
-            if height <= balanced + super::tree::EXACT_SLACK {
+            if height <= balanced + super::shape::EXACT_SLACK {
                 assert!(plan.exact, "order {order}, write {i}: a tail plan");
                 assert_eq!(plan.trips, height, "order {order}, write {i}");
             } else {
@@ -626,7 +626,7 @@ fn heights_give_every_shape_an_exact_plan() {
 #[cfg_attr(miri, ignore = "grows past 4096 nodes")]
 fn large_trees_are_rebuilt_only_when_asked() {
     let h = Harness::plain();
-    let max = super::txn::IN_PLACE_MAX;
+    let max = super::shape::IN_PLACE_MAX;
     let (mut below, mut above) = (0, 0);
     for k in 0..(max + max / 2) as u64 {
         h.apply(&[(true, k)], None);
@@ -689,7 +689,7 @@ fn heights_are_dropped_past_heights_max_and_kept_again_after_a_rebuild() {
         h.check();
         let (height, _, plan) = h.shape();
         let balanced = super::descent::balanced_height(h.keys().len());
-        if height <= balanced + super::tree::EXACT_SLACK {
+        if height <= balanced + super::shape::EXACT_SLACK {
             assert!(
                 plan.exact && plan.trips == height,
                 "{plan:?}, height {height}"
@@ -703,7 +703,7 @@ fn heights_are_dropped_past_heights_max_and_kept_again_after_a_rebuild() {
 /// two-level subtree below them, left to right.
 #[test]
 fn van_emde_boas_ranks_are_a_recursive_top_then_bottom_permutation() {
-    use super::build::van_emde_boas;
+    use super::shape::van_emde_boas;
     assert_eq!(
         van_emde_boas(15),
         [7, 3, 11, 1, 0, 2, 5, 4, 6, 9, 8, 10, 13, 12, 14]
@@ -809,7 +809,7 @@ fn adoption_swaps_in_a_tree_built_aside() {
     let mut want: Vec<u64> = keys[1..].to_vec();
     want.push(10_000);
     assert_eq!(h.keys(), want);
-    let ranks = super::build::van_emde_boas(keys.len());
+    let ranks = super::shape::van_emde_boas(keys.len());
     assert_eq!(order, ranks.iter().map(|&r| keys[r]).collect::<Vec<_>>());
     assert!(
         h.addrs().iter().all(|a| !before.contains(a)),
@@ -865,7 +865,7 @@ fn van_emde_boas_order_is_the_recursive_one() {
     for len in 0..if cfg!(miri) { 70 } else { 2100 } {
         let mut want = Vec::new();
         veb(0..len, super::descent::balanced_height(len), &mut want);
-        assert_eq!(super::build::van_emde_boas(len), want, "{len}");
+        assert_eq!(super::shape::van_emde_boas(len), want, "{len}");
     }
 }
 

@@ -21,11 +21,12 @@
 //! and the copies' heads) is `shared.rs`'s.
 
 use super::descent::Descent;
-use super::links::{Dir, Linked, link_store_order};
+use super::links::{Linked, link_store_order};
 use super::rbtree::Side;
+use super::shape::{self, Shape};
 use super::shared::{Shared, View};
-use super::txn::{Ends, Op, Shape, Txn};
-use super::walk::nodes_in_order;
+use super::txn::{Ends, Op, Txn};
+use super::walk::{dismantle, nodes_in_order};
 use crate::sync::{AtomicUsize, Mutex, Ordering, lock, lock_mut};
 use crate::unwind::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use alloc::string::String;
@@ -42,6 +43,8 @@ pub(crate) struct RawTree<N, W> {
     /// thread (a batch closure calling `insert`) into a clear panic instead
     /// of a self-deadlock.
     owner: AtomicUsize,
+    /// The most nodes a commit rebuilds copy 0 of in place (`shape/`).
+    in_place_max: usize,
 }
 
 /// What the writer lock protects: the front-end's state and the log buffer,
@@ -68,22 +71,12 @@ impl<N, W> core::fmt::Debug for RawTree<N, W> {
     }
 }
 
-/// How far above the balanced height a copy whose nodes keep their heights
-/// may be and still be descended by the exact plan of its height. Every
-/// trip past a lookup's own path stands still, so an exact plan pays the
-/// tallest path on every lookup: a few levels more cost less than the
-/// tail's mispredicted exit (random growth leaves the height one level
-/// above the balanced one at n = 84, two or three at 4096), many more cost
-/// more (sequential growth between two rebuilds leaves a spine twice the
-/// balanced height: at n = 4096 ascending the exact plan took 2.1× a sorted
-/// `Vec`'s time, the tail 1.5×). Measured with `orders` (n = 84 and 4096,
-/// every order): a slack of 1, 2 or 3 within noise.
-pub(super) const EXACT_SLACK: usize = 2;
-
 impl<N: Linked, W> RawTree<N, W> {
     crate::sync::const_fn_unless_loom! {
-        /// An empty tree with writer state `writer`.
-        pub(crate) fn new(writer: W) -> Self {
+        /// An empty tree with writer state `writer`, whose commits rebuild
+        /// trees of up to `in_place_max` nodes in place when due (at most
+        /// `shape::IN_PLACE_MAX`).
+        pub(crate) fn new(writer: W, in_place_max: usize) -> Self {
             RawTree {
                 shared: Shared::new(),
                 writer: Mutex::new(Locked {
@@ -94,6 +87,11 @@ impl<N: Linked, W> RawTree<N, W> {
                     retiring: Vec::new(),
                 }),
                 owner: AtomicUsize::new(0),
+                in_place_max: if in_place_max < shape::IN_PLACE_MAX {
+                    in_place_max
+                } else {
+                    shape::IN_PLACE_MAX
+                },
             }
         }
     }
@@ -195,7 +193,12 @@ impl<N: Linked, W> RawTree<N, W> {
             {
                 let side = Side::new(&s.heads[0].root, 0);
                 // SAFETY: writer lock held; copy 0 holds only live nodes.
-                let walked = unsafe { (side.extreme(Dir::Left), side.extreme(Dir::Right)) };
+                let walked = unsafe {
+                    (
+                        side.extreme(super::Dir::Left),
+                        side.extreme(super::Dir::Right),
+                    )
+                };
                 assert_eq!((ends.first, ends.last), walked, "copy 0's kept ends");
             }
             r
@@ -213,15 +216,17 @@ impl<N: Linked, W> RawTree<N, W> {
         match outcome {
             Ok(r) => {
                 let len = s.heads[0].len.load(Ordering::Relaxed);
-                if shape.rebuild_due(len) {
+                if shape.commit_rebuilds(len, self.in_place_max) {
                     // SAFETY: writer lock held, seq odd (the log holds a
                     // change): readers are on copy 1; copy 0 holds only live
                     // nodes.
-                    unsafe { super::build::rebuild(&s.heads[0].root, 0) };
+                    unsafe { shape::build::rebuild(&s.heads[0].root, 0) };
                     log.push(Op::Rebuild);
                     *shape = Shape::REBUILT;
                 }
-                let plan = self.plan(*shape);
+                // SAFETY: writer lock held; copy 0 is a valid red-black tree of
+                // live nodes.
+                let plan = unsafe { shape::plan(*shape, &s.heads[0]) };
                 // SAFETY: writer lock held; copy 0 holds only live nodes.
                 unsafe { self.publish(0, plan, *ends, &mut publish) };
                 s.latch.flip(); // even: readers move to the new copy 0
@@ -239,7 +244,7 @@ impl<N: Linked, W> RawTree<N, W> {
                             Op::Clear(_) => {
                                 s.heads[1].root.store(ptr::null_mut(), link_store_order())
                             }
-                            Op::Rebuild => super::build::rebuild(&s.heads[1].root, 1),
+                            Op::Rebuild => shape::build::rebuild(&s.heads[1].root, 1),
                             // Release: as every root store.
                             Op::Adopt { new, .. } => s.heads[1].root.store(new, link_store_order()),
                             Op::Discard(_) => {}
@@ -306,42 +311,6 @@ impl<N: Linked, W> RawTree<N, W> {
         }
     }
 
-    /// The plan readers of copy 0, of shape `shape`, follow (see
-    /// `descent.rs`): exact in the balanced shape, or where nodes keep their
-    /// heights (`Linked::height`: the root's is the copy's) and the height
-    /// is at most [`EXACT_SLACK`] above the balanced one; else the black
-    /// height and a tail.
-    fn plan(&self, shape: Shape) -> Descent {
-        let s = &self.shared;
-        let len = s.heads[0].len.load(Ordering::Relaxed);
-        if shape.updates == 0 {
-            return Descent::balanced(len);
-        }
-        if N::HAS_HEIGHT && shape.heights {
-            let root = s.heads[0].root.load(Ordering::Relaxed);
-            // SAFETY: null or a live node (writer lock held).
-            let root = unsafe { root.as_ref() };
-            debug_assert!(
-                root.is_none_or(|r| r.height().is_some()),
-                "HAS_HEIGHT without a height (see `Linked`)"
-            );
-            let height = root.and_then(N::height).map_or(0, |h| h.get());
-            if height <= super::descent::balanced_height(len) + EXACT_SLACK {
-                return Descent {
-                    trips: height,
-                    exact: true,
-                };
-            }
-        }
-        let side = Side::new(&s.heads[0].root, 0);
-        Descent {
-            // SAFETY: writer lock held; copy 0 is a valid red-black tree of
-            // live nodes.
-            trips: unsafe { side.black_height() },
-            exact: false,
-        }
-    }
-
     /// Hands copy `copy`'s extremes `ends` to the front-end's `publish`
     /// and publishes the copy's descent plan.
     ///
@@ -404,7 +373,7 @@ impl<N: Linked, W> RawTree<N, W> {
             return;
         }
         // SAFETY: forwarded from the caller.
-        let root = unsafe { super::build::link_balanced(nodes, 0..2) };
+        let root = unsafe { shape::build::link_balanced(nodes, 0..2) };
         for copy in 0..2 {
             // Release, as every root store: the tree may be shared later by
             // any means, and a reader's Acquire load of the root pairs with it.
@@ -499,29 +468,6 @@ impl<N: Linked, W> RawTree<N, W> {
             less,
         )?;
         then()
-    }
-}
-
-/// Hands up to `max` nodes of the trees rooted in `stack` to `release`,
-/// each after its children went on the stack: the stack then holds the
-/// roots of what is left.
-///
-/// # Safety
-/// Every node reachable from `stack` through copy-1 links is live, in no
-/// copy, and reachable once; none is released elsewhere.
-pub(super) unsafe fn dismantle<N: Linked>(
-    stack: &mut Vec<NonNull<N>>,
-    max: usize,
-    mut release: impl FnMut(NonNull<N>),
-) {
-    for _ in 0..max {
-        let Some(n) = stack.pop() else { return };
-        // SAFETY: `n` is live (caller), not released yet.
-        let links = unsafe { n.as_ref() }.links(1);
-        for dir in [Dir::Left, Dir::Right] {
-            stack.extend(NonNull::new(links.load_child(dir)));
-        }
-        release(n);
     }
 }
 

@@ -2,13 +2,12 @@
 //! is applied to copy 0 at once and recorded in the log of structural
 //! operations ([`Op`]) that `RawTree::write` (`tree.rs`, where the whole
 //! transaction is described) replays on copy 1 after the commit's flip, or
-//! undoes on a rollback. Also what the writer knows of copy 0's shape
-//! ([`Shape`]) across transactions, and when that makes a commit rebuild
-//! ([`rebuild_due`]).
+//! undoes on a rollback. What the writer knows of copy 0's shape across
+//! transactions, and when it is rebuilt, is `shape/`'s.
 
-use super::descent::balanced_height;
 use super::links::{Dir, HEIGHTS_MAX, Linked, link_store_order};
 use super::rbtree::Side;
+use super::shape::{Shape, rebuild_due};
 use super::shared::Shared;
 use crate::sync::Ordering;
 use alloc::vec::Vec;
@@ -115,78 +114,6 @@ impl<N> Ends<N> {
         first: ptr::null_mut(),
         last: ptr::null_mut(),
     };
-}
-
-/// What the writer knows of copy 0's shape, kept across transactions.
-/// With no update since the last rebuild (or since the tree was new or
-/// cleared), the copy is in the balanced shape, descended by an exact plan.
-#[derive(Clone, Copy)]
-pub(super) struct Shape {
-    /// Inserts and erases since the last rebuild.
-    pub(super) updates: usize,
-    /// The deepest an insert landed since the last rebuild (nodes from the
-    /// root, itself included).
-    pub(super) deepest: usize,
-    /// The front-end rebuilds on its own, over several transactions
-    /// ([`Txn::defer_rebuilds`]): no commit rebuilds meanwhile.
-    pub(super) deferred: bool,
-    /// Copy 0's recorded heights are right (`Linked::height`), so its plan
-    /// may be the exact one of its height. Kept while the tree holds at
-    /// most [`HEIGHTS_MAX`] nodes; a rebuild (or a clear) makes them right
-    /// again.
-    pub(super) heights: bool,
-}
-
-// A rebuild in place sets the heights again: every tree that keeps them
-// can be rebuilt in place.
-const _: () = assert!(HEIGHTS_MAX <= IN_PLACE_MAX);
-
-/// The fewest updates between two automatic rebuilds: a small tree rebuilds
-/// in a few microseconds, but not after every write. Off under loom (its
-/// models explore a rebuild where they ask for one, `Txn::rebuild`).
-const REBUILD_MIN: usize = if cfg!(latchtree_loom) { usize::MAX } else { 16 };
-
-impl Shape {
-    /// Right after a rebuild.
-    pub(super) const REBUILT: Shape = Shape {
-        updates: 0,
-        deepest: 0,
-        deferred: false,
-        heights: true,
-    };
-
-    /// Whether a commit rebuilds copy 0, of `len` nodes ([`rebuild_due`]),
-    /// unless the front-end deferred it or the tree is too large to
-    /// rebuild inside one write ([`IN_PLACE_MAX`]).
-    pub(super) fn rebuild_due(&self, len: usize) -> bool {
-        !self.deferred && len <= IN_PLACE_MAX && rebuild_due(self.updates, self.deepest, len)
-    }
-}
-
-/// The most nodes a commit rebuilds in place on its own. A rebuild relinks
-/// every node of both copies inside the one write that made it due (about
-/// 0.15 µs a node, cold, on the 2-core VM: some 0.6 ms at 4096, and the
-/// largest write of a `LatchTree` growing to 262 144 took 14–41 ms). A
-/// larger tree keeps its red-black shape (no path longer than twice the
-/// shortest) unless its front-end rebuilds it: `AddrIndex` over many writes
-/// (`addr_index/layout.rs`), `LatchTree::rebalance` when asked.
-pub(crate) const IN_PLACE_MAX: usize = 4096;
-
-/// Whether a commit relinks the tree of `len` nodes into the balanced
-/// shape (`build.rs`), after `since` inserts and erases of which the
-/// deepest insert landed `deepest` nodes from the root: once the shape
-/// has gone bad (an insert landed two levels below the balanced height;
-/// sequential inserts, which grow an almost all-black tree with one long
-/// red spine, get there within a few inserts), at most every `len / 8`
-/// updates (at least [`REBUILD_MIN`]). A rebuild relinks `len` nodes per
-/// copy (about 150 instructions a node, callgrind), so spread over the
-/// updates before it, it costs below one insert. Measured alternative: one
-/// level below (random churn then rebuilt every 16 updates at n = 84)
-/// brought randomly built trees at n = 84 from the tail plan to the exact
-/// one (lookups 35–43 → 31–35 ns), but a churn of insert + remove there went
-/// from 1,760 to 4,900 instructions per pair.
-pub(super) fn rebuild_due(since: usize, deepest: usize, len: usize) -> bool {
-    since >= (len / 8).max(REBUILD_MIN) && deepest >= balanced_height(len) + 2
 }
 
 /// Searches the tree of `side` from its root: `step` says where to go from
@@ -388,13 +315,14 @@ impl<'t, N: Linked> Txn<'t, N> {
         self.start();
         // SAFETY: writer lock held (a transaction), seq odd (`start`):
         // readers are on copy 1; copy 0 holds only live nodes.
-        unsafe { super::build::rebuild(&self.shared.heads[0].root, 0) };
+        unsafe { super::shape::build::rebuild(&self.shared.heads[0].root, 0) };
         self.log.push(Op::Rebuild);
         *self.shape = Shape::REBUILT;
     }
 
-    /// Whether the commit would rebuild copy 0 ([`rebuild_due`]), so that a
-    /// front-end can do it its own way first ([`Txn::adopt`]).
+    /// Whether copy 0 is due a rebuild (`shape::rebuild_due`), whatever its
+    /// size: for a front-end that rebuilds large trees its own way
+    /// ([`Txn::adopt`]).
     pub(crate) fn rebuild_due(&self) -> bool {
         rebuild_due(self.shape.updates, self.shape.deepest, self.len())
     }
@@ -405,14 +333,6 @@ impl<'t, N: Linked> Txn<'t, N> {
     /// the commit's, to space them further apart.
     pub(crate) fn updates(&self) -> usize {
         self.shape.updates
-    }
-
-    /// While `on`, no commit rebuilds copy 0 on its own ([`rebuild_due`]):
-    /// for a front-end that builds the balanced shape over several
-    /// transactions ([`Txn::adopt`]). Kept across transactions until turned
-    /// off or a rebuild, clear or adoption resets the shape.
-    pub(crate) fn defer_rebuilds(&mut self, on: bool) {
-        self.shape.deferred = on;
     }
 
     /// Whether this transaction changed anything yet (flipped `seq`).
@@ -530,7 +450,7 @@ impl<'t, N: Linked> Txn<'t, N> {
         // (after its last flip), and hold their copy-1 links of that moment
         // (see `RawTree`'s `Locked::retiring`); this transaction's own
         // adoption, if any, is still in its log.
-        unsafe { super::tree::dismantle(self.retiring, max, release) };
+        unsafe { super::walk::dismantle(self.retiring, max, release) };
     }
 
     /// Hands back `node`, which was never linked, to be released when the

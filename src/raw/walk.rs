@@ -56,3 +56,25 @@ impl<'g, N: Linked> View<'g, N> {
         }
     }
 }
+/// Hands up to `max` nodes of the trees rooted in `stack` to `release`,
+/// each after its children went on the stack: the stack then holds the
+/// roots of what is left.
+///
+/// # Safety
+/// Every node reachable from `stack` through copy-1 links is live, in no
+/// copy, and reachable once; none is released elsewhere.
+pub(super) unsafe fn dismantle<N: Linked>(
+    stack: &mut Vec<NonNull<N>>,
+    max: usize,
+    mut release: impl FnMut(NonNull<N>),
+) {
+    for _ in 0..max {
+        let Some(n) = stack.pop() else { return };
+        // SAFETY: `n` is live (caller), not released yet.
+        let links = unsafe { n.as_ref() }.links(1);
+        for dir in [Dir::Left, Dir::Right] {
+            stack.extend(NonNull::new(links.load_child(dir)));
+        }
+        release(n);
+    }
+}

@@ -29,9 +29,9 @@
 //!   write (after giving back every replaced tree first), for the exact
 //!   shape at once.
 //!
-//! While a migration runs, no write rebuilds the tree (`Txn::defer_rebuilds`):
-//! it keeps the shape it had, which the red-black rules bound anyway. A
-//! large tree is rebuilt only by migration, never in place by its commit.
+//! A large tree is rebuilt only by migration, never in place by its commit
+//! (the index's tree takes `layout_min - 1` as its in-place limit): between
+//! two moves it keeps the shape it has, which the red-black rules bound.
 
 mod migration;
 #[cfg(all(test, not(latchtree_loom)))]
@@ -176,21 +176,16 @@ impl<T> Layout<T> {
             return;
         }
         txn.release_retired(self.policy.release_per_write, |n| slab.recycle(n));
-        let large = txn.len() >= self.policy.layout_min;
         if let Some(m) = &mut self.migration {
             if !m.record(txn) {
                 self.abandon(slab);
-            }
-        } else if !large {
-            if txn.rebuild_due() {
-                txn.rebuild();
             }
         } else if self.move_due(txn) {
             self.migration = Some(Migration::new());
         }
         if self.migration.is_none() {
-            // Nothing to do (the common case: most writes of most trees).
-            txn.defer_rebuilds(large);
+            // Nothing to do (the common case: most writes of most trees; a
+            // small tree is rebuilt in place by the commit when due).
             return;
         }
         // A write of many changes (a batch) takes time in proportion anyway:
@@ -222,7 +217,6 @@ impl<T> Layout<T> {
         } else {
             txn.rebuild();
         }
-        txn.defer_rebuilds(self.migration.is_some());
     }
 
     fn abandon(&mut self, slab: &mut Slab<Record<T>>) {
@@ -248,8 +242,6 @@ impl<T> Layout<T> {
                 self.migration = Some(m);
             }
         }
-        let large = txn.len() >= self.policy.layout_min;
-        txn.defer_rebuilds(self.migration.is_some() || large);
     }
 
     /// Whether a write should start moving a large tree (see

@@ -13,12 +13,11 @@
 //! adoption copy 0 (link set 0) and copy 1 (link set 1) hold the same
 //! shape, as everywhere else (invariant 4 of `raw`).
 
+use super::Shape;
 use super::build::Spot;
-use super::links::HEIGHTS_MAX;
-use super::links::link_store_order;
-use super::links::{Dir, Linked};
-use super::rbtree::Side;
-use super::txn::{Ends, Op, Shape, Slot, Txn};
+use crate::raw::links::{Dir, HEIGHTS_MAX, Linked, link_store_order};
+use crate::raw::rbtree::Side;
+use crate::raw::txn::{Ends, Op, Slot, Txn};
 use crate::sync::{AtomicPtr, Ordering};
 use alloc::vec;
 use alloc::vec::Vec;
@@ -160,7 +159,7 @@ impl<N: Linked> Shadow<N> {
             l.set_parent_color(parent, spot.depth < full);
             if parent.is_null() {
                 // Release, the one link-store order (module docs).
-                self.roots[copy].store(n, super::links::link_store_order());
+                self.roots[copy].store(n, link_store_order());
             } else {
                 // SAFETY: `parent` is a placed, live shadow node (caller:
                 // parents first).
@@ -179,7 +178,7 @@ impl<N: Linked> Shadow<N> {
     /// copy 0.
     pub(crate) fn find(&self, step: impl FnMut(&N) -> Option<Dir>) -> Slot<N> {
         // SAFETY: the shadow holds only live nodes (`place`, `insert`).
-        unsafe { super::txn::search(self.side(0), step) }
+        unsafe { crate::raw::txn::search(self.side(0), step) }
     }
 
     /// Links `node` at a vacant slot of the shadow, in both link sets.
@@ -225,7 +224,7 @@ impl<N: Linked> Shadow<N> {
     pub(crate) fn nodes(&self) -> Vec<NonNull<N>> {
         // SAFETY: the shadow holds only live nodes, and nothing changes it
         // during this borrow.
-        unsafe { super::walk::nodes_in_order(self.root(), 0) }
+        unsafe { crate::raw::walk::nodes_in_order(self.root(), 0) }
     }
 }
 
@@ -260,7 +259,6 @@ impl<N: Linked> Txn<'_, N> {
         *self.shape = Shape {
             updates: shadow.updates,
             deepest: shadow.deepest,
-            deferred: false,
             heights: shadow.heights,
         };
         let side = Side::new(&head.root, 0);

@@ -11,9 +11,9 @@
 //! black nodes, and no red node has a red child (a red node's children are
 //! nil). The checker verifies it in the tests.
 
-use super::descent::balanced_height;
-use super::links::{Dir, Linked, link_store_order};
-use super::walk::nodes_in_order;
+use crate::raw::descent::balanced_height;
+use crate::raw::links::{Dir, Linked, link_store_order};
+use crate::raw::walk::nodes_in_order;
 use crate::sync::{AtomicPtr, Ordering};
 use alloc::vec;
 use alloc::vec::Vec;
@@ -30,7 +30,7 @@ use core::ptr::{self, NonNull};
 /// Writer lock held; readers are steered away from copy `copy` (its stores
 /// are published by the next flip, like any write's); the copy holds only
 /// live nodes.
-pub(super) unsafe fn rebuild<N: Linked>(root: &AtomicPtr<N>, copy: usize) {
+pub(in crate::raw) unsafe fn rebuild<N: Linked>(root: &AtomicPtr<N>, copy: usize) {
     // SAFETY: the copy is not being modified (writer lock) and holds only
     // live nodes (caller).
     let nodes = unsafe { nodes_in_order(root.load(Ordering::Relaxed), copy) };
@@ -44,7 +44,11 @@ pub(super) unsafe fn rebuild<N: Linked>(root: &AtomicPtr<N>, copy: usize) {
 /// # Safety
 /// As for [`rebuild`]; `nodes` are live, distinct and in key order, and
 /// each is this copy's or in no tree.
-pub(super) unsafe fn relink<N: Linked>(nodes: &[NonNull<N>], root: &AtomicPtr<N>, copy: usize) {
+pub(in crate::raw) unsafe fn relink<N: Linked>(
+    nodes: &[NonNull<N>],
+    root: &AtomicPtr<N>,
+    copy: usize,
+) {
     // SAFETY: forwarded; only this copy's links are rewritten.
     let new_root = unsafe { link_balanced(nodes, copy..copy + 1) };
     // Release, as every root store; see `links.rs`.
@@ -58,7 +62,7 @@ pub(super) unsafe fn relink<N: Linked>(nodes: &[NonNull<N>], root: &AtomicPtr<N>
 ///
 /// # Safety
 /// As for [`link`], the root's parent being null.
-pub(super) unsafe fn link_balanced<N: Linked>(
+pub(in crate::raw) unsafe fn link_balanced<N: Linked>(
     nodes: &[NonNull<N>],
     copies: Range<usize>,
 ) -> *mut N {
@@ -154,7 +158,7 @@ impl VebOrder {
                 levels: balanced_height(len),
                 up,
             }],
-            heights: len <= super::links::HEIGHTS_MAX,
+            heights: len <= crate::raw::links::HEIGHTS_MAX,
         }
     }
 }
