@@ -127,7 +127,7 @@ mod unwind;
 pub use addr_index::LayoutPolicy;
 pub use addr_index::{
     AddrIndex, AddrIndexError, HandlerSection, Hit, IndexBatch, InsertError, ModuleId, ModuleMeta,
-    ModuleRef, RawHit, Removed, Segment,
+    ModuleRef, NodeMemory, RawHit, Removed, Segment,
 };
 pub use crossbeam_epoch::{Collector, Guard, LocalHandle};
 pub use latch_tree::{Batch, Iter, Keys, LatchTree, Range, UnsortedInput, Values};

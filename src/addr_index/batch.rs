@@ -330,6 +330,14 @@ impl<T> IndexBatch<'_, T> {
         w.layout.settle(&mut self.txn, &mut w.slab);
     }
 
+    /// Finishes the layout work writes do a slice at a time
+    /// (`Layout::finish`); whether another write is needed to give back
+    /// the tree it replaced.
+    pub(super) fn finish_layout(&mut self) -> bool {
+        let w = &mut *self.w;
+        w.layout.finish(&mut self.txn, &mut w.slab)
+    }
+
     /// Rebuilds the version being built into the balanced shape now: a tree
     /// of at least `LayoutPolicy::layout_min` nodes into fresh
     /// memory in van Emde Boas order (`layout.rs`), a smaller one in place.

@@ -49,4 +49,4 @@ pub use handler::HandlerSection;
 pub use index::AddrIndex;
 pub use layout::LayoutPolicy;
 pub use module::{ModuleRef, Removed};
-pub use types::{Hit, ModuleId, ModuleMeta, RawHit, Segment};
+pub use types::{Hit, ModuleId, ModuleMeta, NodeMemory, RawHit, Segment};

@@ -402,6 +402,32 @@ impl<T> AddrIndex<T> {
         self.read(|view| Some(self.tables[view.copy()].live()))
     }
 
+    /// How much memory the index's range nodes take (see [`NodeMemory`]).
+    /// Takes the writer lock for a moment (not for a signal handler).
+    ///
+    /// [`NodeMemory`]: crate::NodeMemory
+    ///
+    /// ```
+    /// let index = latchtree::AddrIndex::new();
+    /// index.insert(0..1, ()).unwrap();
+    /// let m = index.node_memory();
+    /// assert!(m.live_node_bytes > 0 && m.node_bytes >= m.live_node_bytes);
+    /// ```
+    pub fn node_memory(&self) -> crate::NodeMemory {
+        self.tree.write(
+            |txn, w| {
+                let node = size_of::<Node<T>>();
+                crate::NodeMemory {
+                    node_bytes: w.slab.nodes() * node,
+                    resident_node_bytes: w.slab.resident_nodes() * node,
+                    live_node_bytes: txn.len() * node,
+                }
+            },
+            |_, _, _| {},
+            |_, _| {},
+        )
+    }
+
     /// Counters for observability: reads retried and writes done.
     ///
     /// ```

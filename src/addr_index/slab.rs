@@ -51,6 +51,7 @@ use super::types::{ModuleId, RawHit};
 use crate::raw::{Height, KidKeys, Kids, LinkRef, Linked, Links, Parent};
 use crate::sync::{AtomicPtr, AtomicU64, Ordering};
 use alloc::alloc::Layout;
+use alloc::vec;
 use alloc::vec::Vec;
 use core::ptr::{self, NonNull};
 
@@ -189,21 +190,43 @@ impl<M> RangeNode<M> {
     }
 }
 
-/// Chunks of nodes plus a free list; owned by the writer (under its lock).
+/// Chunks of nodes and which of them are free; owned by the writer (under
+/// its lock).
+///
+/// Free nodes are handed out oldest chunk first (the small ones), lowest
+/// node first, whether the chunk is purged or not, so that the live nodes
+/// gather in the oldest chunks and the newest ones empty as the tree
+/// shrinks or moves (a migration takes the first free nodes for the tree
+/// it builds). A chunk whose every node is free is *purged* when the slab
+/// has other free nodes to spare (see [`Slab::purge_emptied`]), or when
+/// asked ([`Slab::purge_free_chunks`]):
+/// its pages go back to the OS (`purge_pages`) while its addresses stay
+/// mapped, so a reader still standing on one of its nodes reads old words
+/// or zeros, never faults, and fails validation. Its nodes stay free: when
+/// one is handed out again its pages fault back in, and it is rewritten
+/// (through atomics, like any recycled node) before it is linked.
 pub(crate) struct Slab<M> {
+    /// Every chunk, oldest first (a chunk's index never changes).
     chunks: Vec<Chunk>,
-    free: Vec<NonNull<RangeNode<M>>>,
-    /// Runs of nodes never handed out, not written yet (each the tail of a
-    /// chunk: its next node and how many), and their total. A chunk's nodes
-    /// are written one at a time as they are first handed out, so growing
-    /// by a chunk costs an allocation (its pages fault in a node at a time),
-    /// not 2 MiB of stores inside one write.
-    untouched: Vec<(NonNull<RangeNode<M>>, usize)>,
-    untouched_len: usize,
+    /// Each chunk's first node's address and index, lowest address first.
+    by_addr: Vec<(usize, usize)>,
+    /// Bit `c`: chunk `c` has a free node.
+    has_free: Vec<u64>,
+    /// Free nodes in all chunks, and in purged ones.
+    free: usize,
+    purged_free: usize,
+    /// Nodes in purged chunks.
+    purged: usize,
+    /// A resident chunk was left wholly free since the last
+    /// [`purge_emptied`](Slab::purge_emptied).
+    emptied: bool,
+    /// Free nodes that were handed out before (recycled, not untouched).
+    recycled: usize,
     /// Nodes in all chunks.
     nodes: usize,
     /// 2 MiB chunks allocated so far (see [`chunk_colour`]).
     huge_chunks: usize,
+    _nodes: core::marker::PhantomData<RangeNode<M>>,
 }
 
 /// One allocation of nodes, freed with the layout it was allocated with.
@@ -213,15 +236,31 @@ struct Chunk {
     /// Where its nodes start (`chunk_colour` bytes in), and how many.
     first: usize,
     len: usize,
+    /// Bit `i`: node `i` is free (never handed out, or recycled).
+    free_bits: Vec<u64>,
+    /// Free nodes, and the lowest word of `free_bits` that may be non-zero.
+    free: usize,
+    hint: usize,
+    /// Nodes `touched..len` were never handed out, nor written.
+    touched: usize,
+    /// Its pages are the OS's again (`purge_pages`), until a node of it is
+    /// handed out.
+    purged: bool,
+}
+
+impl Chunk {
+    /// The address of its first node.
+    fn first_addr(&self) -> usize {
+        self.base.as_ptr().addr() + self.first
+    }
 }
 
 /// How far into its chunk the `k`-th 2 MiB chunk puts its first node: `k
 /// mod 16` steps of 4 KiB + 128 B. Without it, ascending inserts (rank
 /// about address order) put nodes of equal rank at equal offsets in
 /// successive chunks, and the tree's top levels, which readers touch on
-/// every lookup, fought over the same cache sets (DESIGN §7b); the page
-/// step spreads them over TLB-friendly pages too. Costs under 3 % of a
-/// chunk on average.
+/// every lookup, fought over the same cache sets; the page step spreads
+/// them over TLB-friendly pages too. Costs under 3 % of a chunk on average.
 fn chunk_colour(k: usize) -> usize {
     (k % 16) * (4096 + 128)
 }
@@ -230,7 +269,8 @@ impl<M> core::fmt::Debug for Slab<M> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("Slab")
             .field("chunks", &self.chunks.len())
-            .field("free", &self.free.len())
+            .field("free", &self.free)
+            .field("purged_free", &self.purged_free)
             .finish()
     }
 }
@@ -239,11 +279,16 @@ impl<M> Slab<M> {
     pub(crate) const fn new() -> Self {
         Slab {
             chunks: Vec::new(),
-            free: Vec::new(),
-            untouched: Vec::new(),
-            untouched_len: 0,
+            by_addr: Vec::new(),
+            has_free: Vec::new(),
+            free: 0,
+            purged_free: 0,
+            purged: 0,
+            emptied: false,
+            recycled: 0,
             nodes: 0,
             huge_chunks: 0,
+            _nodes: core::marker::PhantomData,
         }
     }
 
@@ -254,10 +299,10 @@ impl<M> Slab<M> {
     /// still standing on a recycled node, which must then fail validation
     /// (see the module docs).
     pub(crate) fn alloc(&mut self, f: Fields<M>) -> NonNull<RangeNode<M>> {
-        if self.free_len() == 0 {
-            self.grow();
-        }
-        let n = self.pop_free().expect("grow added nodes");
+        let n = match self.pop_free() {
+            Some(n) => n,
+            None => self.alloc_chunk(),
+        };
         // SAFETY: a free node of this slab.
         unsafe { self.fill(n, f) };
         n
@@ -286,44 +331,62 @@ impl<M> Slab<M> {
         node.module.store(f.module, Ordering::Relaxed);
     }
 
-    /// A free node, if any, not written (the caller writes it with
-    /// [`fill`](Slab::fill) where [`alloc`](Slab::alloc) may be called).
+    /// The lowest free node of the oldest chunk that has one, if any (a
+    /// purged chunk becomes resident again); not written (the caller writes
+    /// it with [`fill`](Slab::fill) where [`alloc`](Slab::alloc) may be
+    /// called). A node never handed out before is written empty first.
     pub(crate) fn pop_free(&mut self) -> Option<NonNull<RangeNode<M>>> {
-        self.free.pop().or_else(|| self.touch())
-    }
-
-    /// An untouched node, written empty, if any.
-    fn touch(&mut self) -> Option<NonNull<RangeNode<M>>> {
-        let (n, left) = self.untouched.last_mut()?;
-        let node = *n;
-        // A run is the tail of a chunk (`grow`): `n` and the `left - 1`
-        // nodes after it are inside it, aligned, never written (nothing
-        // there to drop) and never handed out, so no reader can stand on
-        // them.
-        // SAFETY: so writing `n` and stepping one node on stay in the chunk.
-        unsafe {
-            node.write(RangeNode::new());
-            *n = node.add(1);
+        let c = first_set(&self.has_free)?;
+        let chunk = &mut self.chunks[c];
+        if chunk.purged {
+            chunk.purged = false;
+            self.purged_free -= chunk.free;
+            self.purged -= chunk.len;
         }
-        *left -= 1;
-        if *left == 0 {
-            self.untouched.pop();
+        let mut w = chunk.hint;
+        while chunk.free_bits[w] == 0 {
+            w += 1;
         }
-        self.untouched_len -= 1;
+        chunk.hint = w;
+        let bit = chunk.free_bits[w].trailing_zeros() as usize;
+        chunk.free_bits[w] &= !(1 << bit);
+        let i = w * 64 + bit;
+        chunk.free -= 1;
+        self.free -= 1;
+        if chunk.free == 0 {
+            set_bit(&mut self.has_free, c, false);
+        }
+        // `first` bytes in, the `len` nodes after it are inside the
+        // allocation (`grow`), and `i < len` (a free bit is a node).
+        // SAFETY: so the node is inside the chunk, aligned.
+        let node = unsafe { chunk.base.add(chunk.first).cast::<RangeNode<M>>().add(i) };
+        if i >= chunk.touched {
+            // The lowest free bit is the first node never handed out (every
+            // node below `touched` that is free would come first): nothing
+            // was ever written there, no reader can reach it, and nothing
+            // needs dropping.
+            debug_assert_eq!(i, chunk.touched);
+            chunk.touched += 1;
+            // SAFETY: so writing a whole node there races with nothing.
+            unsafe { node.write(RangeNode::new()) };
+        } else {
+            self.recycled -= 1;
+        }
         Some(node)
     }
 
     /// The free nodes written before (recycled), which [`pop_free`]
-    /// hands out first.
+    /// hands out as readily as the others (a reservation counts them as
+    /// cheaper: they are likely in the cache).
     ///
     /// [`pop_free`]: Slab::pop_free
     pub(crate) fn recycled_len(&self) -> usize {
-        self.free.len()
+        self.recycled
     }
 
-    /// The nodes free to hand out: on the free list or untouched.
+    /// The nodes free to hand out, in any chunk.
     pub(crate) fn free_len(&self) -> usize {
-        self.free.len() + self.untouched_len
+        self.free
     }
 
     /// Grows the slab by a chunk, its nodes free.
@@ -335,7 +398,7 @@ impl<M> Slab<M> {
     /// [`pop_free`](Slab::pop_free)).
     pub(crate) fn alloc_chunk(&mut self) -> NonNull<RangeNode<M>> {
         self.grow();
-        self.pop_free().expect("grow added nodes")
+        self.pop_free().expect("grow added free nodes")
     }
 
     /// The chunks allocated.
@@ -348,17 +411,25 @@ impl<M> Slab<M> {
     /// `i < len` (a span includes nodes not written yet: use only those
     /// handed out).
     pub(crate) fn chunk_spans(&self) -> Vec<(NonNull<RangeNode<M>>, usize)> {
-        let mut spans: Vec<_> = (self.chunks.iter())
-            // SAFETY: `first` bytes in, inside the allocation (`grow`).
-            .map(|c| (unsafe { c.base.add(c.first) }.cast(), c.len))
-            .collect();
-        spans.sort_unstable();
-        spans
+        (self.by_addr.iter())
+            .map(|&(_, c)| {
+                let c = &self.chunks[c];
+                // SAFETY: `first` bytes in, inside the allocation (`grow`).
+                (unsafe { c.base.add(c.first) }.cast(), c.len)
+            })
+            .collect()
     }
 
-    /// The nodes in all chunks, free or not.
+    /// The nodes in all chunks, free or not, purged or not.
     pub(crate) fn nodes(&self) -> usize {
         self.nodes
+    }
+
+    /// The nodes in chunks that are not purged: what the slab keeps in
+    /// memory (at most; a chunk's pages fault in as its nodes are first
+    /// written).
+    pub(crate) fn resident_nodes(&self) -> usize {
+        self.nodes - self.purged
     }
 
     /// The nodes a fresh slab holds once it grew to hold `need` (the same
@@ -385,11 +456,122 @@ impl<M> Slab<M> {
         self.chunks.iter().map(|c| c.layout.size()).sum()
     }
 
-    /// Puts a node that left both copies back on the free list.
-    pub(crate) fn recycle(&mut self, node: NonNull<RangeNode<M>>) {
-        self.free.push(node);
+    /// The chunk `node` lies in.
+    fn chunk_of(&self, node: NonNull<RangeNode<M>>) -> usize {
+        let a = node.as_ptr().addr();
+        let c = self.by_addr[self.by_addr.partition_point(|&(f, _)| f <= a) - 1].1;
+        debug_assert!(
+            a - self.chunks[c].first_addr() < self.chunks[c].len * size_of::<RangeNode<M>>(),
+            "a node outside every chunk"
+        );
+        c
     }
 
+    /// Puts a node that left both copies back among the free ones (a chunk
+    /// this leaves wholly free is purged by the next
+    /// [`purge_emptied`](Slab::purge_emptied)).
+    pub(crate) fn recycle(&mut self, node: NonNull<RangeNode<M>>) {
+        let c = self.chunk_of(node);
+        let chunk = &mut self.chunks[c];
+        let i = (node.as_ptr().addr() - chunk.first_addr()) / size_of::<RangeNode<M>>();
+        debug_assert!(
+            chunk.free_bits[i / 64] & (1 << (i % 64)) == 0,
+            "a node freed twice"
+        );
+        chunk.free_bits[i / 64] |= 1 << (i % 64);
+        chunk.hint = chunk.hint.min(i / 64);
+        chunk.free += 1;
+        self.free += 1;
+        self.recycled += 1;
+        if chunk.free == 1 {
+            set_bit(&mut self.has_free, c, true);
+        }
+        if chunk.purged {
+            self.purged_free += 1;
+        } else if chunk.free == chunk.len {
+            self.emptied = true;
+        }
+    }
+
+    /// Purges the wholly free resident chunks, newest (largest) first, as
+    /// long as the other resident chunks keep free nodes for at least half
+    /// the nodes in use, so that a steady churn does not give pages back
+    /// only to fault them in again. Cheap unless a chunk emptied since the
+    /// last call.
+    pub(crate) fn purge_emptied(&mut self) {
+        if !core::mem::take(&mut self.emptied) {
+            return;
+        }
+        let spare = ((self.nodes - self.free) / 2).max(1);
+        for c in (0..self.chunks.len()).rev() {
+            let chunk = &self.chunks[c];
+            let resident_free = self.free - self.purged_free;
+            if !chunk.purged && chunk.free == chunk.len && resident_free - chunk.len >= spare {
+                self.purge(c);
+            }
+        }
+    }
+
+    /// The oldest chunk from which on the nodes in use could all move to
+    /// free nodes of older chunks, if that empties a chunk that holds any:
+    /// what a defragmentation (`Layout::finish`) moves out. Nodes popped
+    /// after that come from the older chunks ([`pop_free`] takes the
+    /// oldest first).
+    ///
+    /// [`pop_free`]: Slab::pop_free
+    pub(crate) fn evacuation(&self) -> Option<usize> {
+        let (mut used_above, mut free_below) = (0, self.free);
+        let mut first = None;
+        for (c, chunk) in self.chunks.iter().enumerate().rev() {
+            used_above += chunk.len - chunk.free;
+            free_below -= chunk.free;
+            if used_above > free_below {
+                break;
+            }
+            first = Some(c);
+        }
+        let first = first?;
+        (self.chunks[first..].iter().any(|c| c.free < c.len)).then_some(first)
+    }
+
+    /// Every node in use (handed out, not free) in chunks `first..`.
+    pub(crate) fn nodes_from(&self, first: usize) -> Vec<NonNull<RangeNode<M>>> {
+        let mut nodes = Vec::new();
+        for chunk in &self.chunks[first..] {
+            for i in (0..chunk.touched).filter(|i| chunk.free_bits[i / 64] & (1 << (i % 64)) == 0) {
+                // `i < touched <= len`: inside the chunk (`grow`).
+                // SAFETY: so the node is inside the allocation, aligned.
+                nodes.push(unsafe { chunk.base.add(chunk.first).cast::<RangeNode<M>>().add(i) });
+            }
+        }
+        nodes
+    }
+
+    /// Purges every wholly free resident chunk, spare or not: for a caller
+    /// that wants the memory back now (`AddrIndex::synchronize`).
+    pub(crate) fn purge_free_chunks(&mut self) {
+        for c in 0..self.chunks.len() {
+            let chunk = &self.chunks[c];
+            if !chunk.purged && chunk.free == chunk.len {
+                self.purge(c);
+            }
+        }
+    }
+
+    /// Gives chunk `c`'s pages back to the OS, if the OS lets it (see the
+    /// type's docs); its nodes stay free.
+    fn purge(&mut self, c: usize) {
+        let chunk = &mut self.chunks[c];
+        let size = size_of::<RangeNode<M>>();
+        if !purge_pages(chunk.first_addr(), chunk.len * size, chunk.base) {
+            return;
+        }
+        chunk.purged = true;
+        self.purged_free += chunk.free;
+        self.purged += chunk.len;
+    }
+
+    /// Adds a chunk, its nodes free.
     fn grow(&mut self) {
         let node = Layout::new::<RangeNode<M>>();
         let per_huge_page = HUGE_PAGE / node.size();
@@ -416,21 +598,110 @@ impl<M> Slab<M> {
         if align == HUGE_PAGE {
             advise_huge_page(base, layout.size());
         }
-        // `colour` is a multiple of 64 (the node's alignment), and `colour + len * size` fits in
-        // the chunk by the choice of `len`.
-        // SAFETY: so `first` and the `len` nodes after it are aligned and inside the allocation.
-        let first = unsafe { base.add(colour) }.cast::<RangeNode<M>>();
-        // Written one at a time as they are handed out (`touch`).
-        self.untouched.push((first, len));
-        self.untouched_len += len;
-        self.nodes += len;
-        self.chunks.push(Chunk {
+        // `colour` is a multiple of 64 (the node's alignment), and `colour +
+        // len * size` fits in the chunk by the choice of `len`: the nodes
+        // are aligned and inside the allocation; they are written one at a
+        // time as they are first handed out (`pop_free`), so growing costs
+        // an allocation (its pages fault in a node at a time), not 2 MiB of
+        // stores inside one write.
+        let mut free_bits = vec![u64::MAX; len.div_ceil(64)];
+        if len % 64 != 0 {
+            free_bits[len / 64] = (1 << (len % 64)) - 1;
+        }
+        let chunk = Chunk {
             base,
             layout,
             first: colour,
             len,
-        });
+            free_bits,
+            free: len,
+            hint: 0,
+            touched: 0,
+            purged: false,
+        };
+        let c = self.chunks.len();
+        let at = self
+            .by_addr
+            .partition_point(|&(f, _)| f < chunk.first_addr());
+        self.by_addr.insert(at, (chunk.first_addr(), c));
+        self.chunks.push(chunk);
+        self.free += len;
+        self.nodes += len;
+        if c / 64 == self.has_free.len() {
+            self.has_free.push(0);
+        }
+        set_bit(&mut self.has_free, c, true);
     }
+}
+
+/// The index of the lowest set bit of `bits`, if any.
+fn first_set(bits: &[u64]) -> Option<usize> {
+    let (w, word) = bits.iter().enumerate().find(|(_, w)| **w != 0)?;
+    Some(w * 64 + word.trailing_zeros() as usize)
+}
+
+fn set_bit(bits: &mut [u64], i: usize, on: bool) {
+    if on {
+        bits[i / 64] |= 1 << (i % 64);
+    } else {
+        bits[i / 64] &= !(1 << (i % 64));
+    }
+}
+
+/// Whether [`purge_pages`] can give pages back here (else the slab keeps
+/// its memory, and compacting it would gain nothing).
+pub(crate) const CAN_PURGE: bool = cfg!(all(
+    feature = "std",
+    target_os = "linux",
+    not(miri),
+    not(latchtree_loom)
+));
+
+/// Gives the whole pages inside `[start, start + len)` (nodes of the chunk
+/// allocated at `_chunk`) back to the OS, keeping them mapped:
+/// `madvise(MADV_DONTNEED)`, after which a private anonymous page reads as
+/// zeros until it is written again (a shared or file-backed one reads its
+/// old contents). Returns whether the OS did it.
+///
+/// Why a reader racing it is harmless: every word a reader of a node reads
+/// is an atomic (module docs), every bit pattern of those words is a valid
+/// value, and the mapping stays, so a load during or after the call returns
+/// the old word or zero and never faults; a node of a purged chunk is in no
+/// copy (all its nodes are free), so a reader standing on one is a stale
+/// reader whose validation fails, whatever it read. The writer assumes
+/// nothing about a purged node's contents: it rewrites every field and link
+/// through atomics before linking it again, as for any recycled node. This
+/// rests on the OS's guarantee for `madvise`, not on Rust's memory model
+/// (which cannot speak of it); it is off under Miri and loom, and where
+/// `madvise` is not available (without `std`, other systems) the memory is
+/// kept.
+#[cfg(all(feature = "std", target_os = "linux", not(miri), not(latchtree_loom)))]
+fn purge_pages(start: usize, len: usize, chunk: NonNull<u8>) -> bool {
+    const PAGE: usize = 4096;
+    let (lo, hi) = (start.next_multiple_of(PAGE), (start + len) / PAGE * PAGE);
+    if lo >= hi {
+        return false;
+    }
+    // The pages `[lo, hi)` lie inside the chunk's allocation (its nodes'
+    // span, rounded inwards), which this slab owns and never frees while
+    // the index lives: nothing else (no allocator metadata) is on them.
+    // MADV_DONTNEED changes their contents only (see above), never the
+    // mapping. The pointer is derived from the chunk's, so it keeps its
+    // provenance.
+    // SAFETY: so the call cannot make any access fault or alias.
+    let r = unsafe {
+        libc::madvise(
+            chunk.as_ptr().with_addr(lo).cast(),
+            hi - lo,
+            libc::MADV_DONTNEED,
+        )
+    };
+    r == 0
+}
+
+#[cfg(not(all(feature = "std", target_os = "linux", not(miri), not(latchtree_loom))))]
+fn purge_pages(_: usize, _: usize, _: NonNull<u8>) -> bool {
+    false
 }
 
 /// Asks the kernel to back `[p, p + len)` (2 MiB-aligned, 2 MiB long) with a

@@ -130,6 +130,41 @@ impl core::ops::Deref for Segments {
     }
 }
 
+/// How much memory an index's range nodes take ([`AddrIndex::node_memory`](crate::AddrIndex::node_memory)).
+///
+/// Nodes live in chunks the index never returns to the allocator while it
+/// lives (the signal-safe [`lookup`](crate::AddrIndex::lookup) may stand on
+/// any of them); on Linux with `std`, the pages of chunks whose every node
+/// is free go back to the OS instead (their addresses stay mapped). Writes
+/// do that when the rest of the index keeps enough free nodes, and
+/// [`synchronize`](crate::AddrIndex::synchronize) does it for every empty
+/// chunk, after moving the live ranges out of a sparse slab.
+///
+/// ```
+/// let index = latchtree::AddrIndex::new();
+/// let ids: Vec<_> = (0..10_000u64).map(|i| index.insert(i * 16..i * 16 + 8, ()).unwrap()).collect();
+/// let grown = index.node_memory();
+/// for id in &ids[100..] {
+///     index.remove(*id);
+/// }
+/// index.synchronize();
+/// let after = index.node_memory();
+/// assert_eq!(after.node_bytes, grown.node_bytes); // kept mapped…
+/// # #[cfg(all(target_os = "linux", not(miri)))]
+/// assert!(after.resident_node_bytes < grown.resident_node_bytes / 4); // …but given back
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct NodeMemory {
+    /// Bytes of node chunks allocated.
+    pub node_bytes: usize,
+    /// Bytes of node chunks whose pages were not given back to the OS (an
+    /// upper bound on what they keep resident).
+    pub resident_node_bytes: usize,
+    /// Bytes of the nodes holding a range now.
+    pub live_node_bytes: usize,
+}
+
 /// The result of the async-signal-safe
 /// [`AddrIndex::lookup`](crate::AddrIndex::lookup): plain values, no borrow.
 ///

@@ -307,6 +307,15 @@ impl<T: Send + Sync + 'static> AddrIndex<T> {
     /// });
     /// ```
     pub fn synchronize(&self) {
+        // The layout work writes do a slice at a time, finished: a tree
+        // being moved, trees a move replaced, a compaction of a sparse slab
+        // (`layout/`); each adoption needs one more write to give the old
+        // tree back.
+        for _ in 0..4 {
+            if !self.write(|b| b.finish_layout()) {
+                break;
+            }
+        }
         let (before, _) = self.transact(|_, w, _| w.limbo.next_period());
         loop {
             self.flush();

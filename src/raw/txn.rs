@@ -335,6 +335,12 @@ impl<'t, N: Linked> Txn<'t, N> {
         self.shape.updates
     }
 
+    /// Whether this transaction changed copy 0 yet (an insert, erase,
+    /// replacement, clear, rebuild or adoption: its log holds one).
+    pub(crate) fn changed(&self) -> bool {
+        self.log.iter().any(|op| !matches!(op, Op::Discard(_)))
+    }
+
     /// Whether this transaction changed anything yet (flipped `seq`).
     pub(crate) fn started(&self) -> bool {
         *self.started

@@ -176,6 +176,7 @@ impl<T> Layout<T> {
             return;
         }
         txn.release_retired(self.policy.release_per_write, |n| slab.recycle(n));
+        slab.purge_emptied();
         if let Some(m) = &mut self.migration {
             if !m.record(txn) {
                 self.abandon(slab);
@@ -205,18 +206,87 @@ impl<T> Layout<T> {
     /// has missed this write's changes), a smaller one in place.
     pub(super) fn rebalance(&mut self, txn: &mut Txn<'_, Node<T>>, slab: &mut Slab<Record<T>>) {
         self.abandon(slab);
-        // The trees earlier migrations replaced go back first, so that this
-        // one builds in their memory.
-        txn.release_retired(usize::MAX, |n| slab.recycle(n));
         if txn.balanced() {
-        } else if txn.len() >= self.policy.layout_min {
-            txn.begin();
+            return;
+        }
+        // The trees earlier migrations replaced go back first (after this
+        // write's flip, as any release: `slab.rs`), so that this one builds
+        // in their memory.
+        txn.begin();
+        txn.release_retired(usize::MAX, |n| slab.recycle(n));
+        if txn.len() >= self.policy.layout_min {
             self.migration = Some(Migration::new());
             self.step(txn, slab, usize::MAX);
             debug_assert!(self.migration.is_none(), "a whole migration in one write");
         } else {
             txn.rebuild();
         }
+    }
+
+    /// Finishes within this write what writes do a slice at a time, and
+    /// gives memory back: the migration running, if any; every tree a
+    /// migration replaced; every wholly free chunk's pages (purged, spare or
+    /// not); and, if the live nodes fit in the free nodes of older chunks,
+    /// a defragmentation that moves the nodes of the newer chunks there
+    /// (`Txn::replace`: O(1) a node, and a reader sees the old node or the
+    /// new one, each whole), so that those chunks empty. For a caller that
+    /// wants the memory back now (`synchronize`); a move that came due
+    /// meanwhile runs whole first. Returns whether another
+    /// write has more to give back: a tree swapped in or nodes moved leave
+    /// copy 1 only at this write's commit. A write with nothing to do
+    /// changes nothing (and is not counted).
+    pub(super) fn finish(
+        &mut self,
+        txn: &mut Txn<'_, Node<T>>,
+        slab: &mut Slab<Record<T>>,
+    ) -> bool {
+        slab.purge_free_chunks();
+        let evacuate = self.evacuation(txn, slab);
+        if self.migration.is_none() && !txn.retiring() && evacuate.is_none() {
+            return false;
+        }
+        // Every release and rewrite below comes after this write's flip
+        // (`slab.rs`).
+        txn.begin();
+        txn.release_retired(usize::MAX, |n| slab.recycle(n));
+        slab.purge_free_chunks();
+        // A move now due (the replaced trees held it back) runs whole here,
+        // rather than start at this write's end beside the nodes moved below.
+        if self.migration.is_none() && self.move_due(txn) {
+            self.migration = Some(Migration::new());
+        }
+        if self.migration.is_some() {
+            self.step(txn, slab, usize::MAX);
+            return true;
+        }
+        let Some(first) = self.evacuation(txn, slab) else {
+            return false;
+        };
+        for old in slab.nodes_from(first) {
+            let new = slab.pop_free().expect("evacuation: room in older chunks");
+            // SAFETY: every node in use is in the tree (`evacuation`), so
+            // `old` is a live node of copy 0, and `new` a free node in no
+            // copy, written with `old`'s fields (its range is `old`'s); this
+            // transaction flipped `seq` (above).
+            unsafe {
+                slab.fill(new, old.as_ref().fields());
+                txn.replace(old, new);
+            }
+        }
+        true
+    }
+
+    /// The oldest chunk from which on the nodes in use can all move to free
+    /// nodes of older chunks ([`Slab::evacuation`]), if the OS lets emptied
+    /// chunks be purged and every node in use is in the tree (no migration
+    /// running, no replaced tree waiting, no other change in this write).
+    fn evacuation(&self, txn: &Txn<'_, Node<T>>, slab: &Slab<Record<T>>) -> Option<usize> {
+        let settled = self.migration.is_none() && !txn.retiring() && !txn.changed();
+        let in_use = slab.nodes() - slab.free_len();
+        if !crate::addr_index::slab::CAN_PURGE || !settled || in_use != txn.len() {
+            return None;
+        }
+        slab.evacuation()
     }
 
     fn abandon(&mut self, slab: &mut Slab<Record<T>>) {
