@@ -65,5 +65,8 @@ fn main() {
     }
     index_pairs(&ix);
     btree_pairs(&mut m);
-    println!("{PAIRS} pairs each");
+    println!(
+        "{PAIRS} pairs each; {}",
+        latchtree_benches::machine::describe()
+    );
 }

@@ -45,6 +45,7 @@ mod pauses;
 mod report;
 mod writes;
 
+use latchtree_benches::machine::{self, load_average};
 use latchtree_benches::{peers, workload};
 use report::{Row, find};
 use std::error::Error;
@@ -138,25 +139,6 @@ fn parse_args() -> Args {
         }
     }
     args
-}
-
-/// `model name` from /proc/cpuinfo, if readable.
-fn cpu_model() -> String {
-    std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split(':').nth(1))
-                .map(|m| m.trim().to_string())
-        })
-        .unwrap_or_else(|| "unknown CPU".into())
-}
-
-fn load_average() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_else(|_| "?".into())
 }
 
 /// One line per target of the performance issues (the latest targets:
@@ -455,7 +437,7 @@ fn main() -> Result<(), Box<dyn Error>> {
             clock,
         }
     };
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let cores = machine::cores();
     let started = Instant::now();
     println!(
         "latchtree comparison{}",
@@ -466,8 +448,8 @@ fn main() -> Result<(), Box<dyn Error>> {
         }
     );
     println!(
-        "machine: {cores} cores, {}; load average at start {}",
-        cpu_model(),
+        "machine: {}; load average at start {}",
+        machine::describe(),
         load_average()
     );
     println!(
@@ -518,6 +500,7 @@ fn main() -> Result<(), Box<dyn Error>> {
     }
 
     println!();
+    println!("measured on {}", machine::describe());
     print!("{}", report::table(&rows));
     println!();
     println!(
@@ -535,7 +518,15 @@ fn main() -> Result<(), Box<dyn Error>> {
     std::fs::create_dir_all(&args.out)?;
     let csv = args.out.join("compare.csv");
     report::write_csv(&rows, &csv)?;
-    let title = format!("{cores} cores, {}", cpu_model());
+    let title = format!(
+        "{}, {cores} cores, {}",
+        machine::cpu_model(),
+        if cfg!(feature = "huge-pages") {
+            "huge-pages"
+        } else {
+            "default features"
+        }
+    );
     chart::lookup_chart(
         &rows,
         &args.out.join("lookup.svg"),
