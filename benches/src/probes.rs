@@ -13,6 +13,8 @@
 //!   twice in a measurement and the nodes a measurement touches are the
 //!   whole structure (beyond the last-level cache at 262 144 ranges).
 //!   Every contender of one repetition answers the same window.
+//! * [`Probes::Sorted`]: the stream in ascending address order (not a
+//!   headline figure: it tells what another harness's sweep measures).
 
 use crate::workload::Workload;
 use std::hint::black_box;
@@ -24,6 +26,9 @@ pub enum Probes {
     Requery,
     /// A window of fresh distinct addresses at every repetition.
     Stream,
+    /// The stream's addresses in ascending order (a sweep: neighbouring
+    /// probes share most of their path, and branches predict well).
+    Sorted,
 }
 
 /// The fewest distinct addresses of a stream.
@@ -34,6 +39,7 @@ impl Probes {
         match self {
             Probes::Requery => "requery",
             Probes::Stream => "stream",
+            Probes::Sorted => "sorted",
         }
     }
 
@@ -48,6 +54,7 @@ impl Probes {
             Probes::Stream => {
                 format!("stream: {len} distinct addresses, a fresh window at every repetition")
             }
+            Probes::Sorted => format!("sorted: the {len} of a stream in ascending order"),
         }
     }
 
@@ -58,7 +65,7 @@ impl Probes {
     pub fn len(self, reps: usize, iters: usize, min: usize) -> usize {
         match self {
             Probes::Requery => crate::workload::QUERIES,
-            Probes::Stream => ((reps + 1) * iters).next_power_of_two().max(min),
+            Probes::Stream | Probes::Sorted => ((reps + 1) * iters).next_power_of_two().max(min),
         }
     }
 
@@ -66,10 +73,16 @@ impl Probes {
     pub fn addresses(self, w: &Workload, reps: usize, iters: usize, min: usize) -> Vec<u64> {
         match self {
             Probes::Requery => w.queries.clone(),
-            Probes::Stream => w.stream(
-                self.len(reps, iters, min),
-                0x7374_7265 ^ w.ranges.len() as u64,
-            ),
+            Probes::Stream | Probes::Sorted => {
+                let mut addrs = w.stream(
+                    self.len(reps, iters, min),
+                    0x7374_7265 ^ w.ranges.len() as u64,
+                );
+                if self == Probes::Sorted {
+                    addrs.sort_unstable();
+                }
+                addrs
+            }
         }
     }
 
@@ -78,7 +91,7 @@ impl Probes {
     pub fn first(self, rep: usize, iters: usize) -> usize {
         match self {
             Probes::Requery => 0,
-            Probes::Stream => rep * iters,
+            Probes::Stream | Probes::Sorted => rep * iters,
         }
     }
 }

@@ -10,7 +10,7 @@
 //!
 //! ```text
 //! cargo run --release -p latchtree-benches --bin orders -- [--quick] [--sizes 84,4096]
-//!     [--probes requery,stream] [--wall] [--factors]
+//!     [--probes requery,stream,sorted] [--iters N] [--wall] [--factors]
 //! cargo run --release -p latchtree-benches --features huge-pages --bin orders   # the huge-pages column
 //! ```
 //!
@@ -24,6 +24,9 @@
 //! (at 262 144 against the `BTreeMap` built by `FromIterator`, the bulk
 //! cell's).
 //!
+//! `--iters N` sets the lookups of a repetition at every size and probe
+//! stream (by default 2^17, a quarter of it for the re-queried set above
+//! 4096 ranges). `--probes sorted` adds a stream in ascending address order.
 //! `--factors` adds the contenders that tell apart what another harness may
 //! measure differently: a sorted `Vec<u64>` of starts (ends beside it), a
 //! sorted `Vec` of `(start, end, id)`, and `lookup` reading every field of
@@ -152,13 +155,15 @@ struct Args {
     iters: usize,
     stream_min: usize,
     probes: Vec<Probes>,
+    /// `--iters`: as many lookups a repetition at every size and probe.
+    fixed_iters: bool,
     wall: bool,
     factors: bool,
 }
 
 fn usage() -> ! {
     eprintln!(
-        "usage: orders [--quick] [--sizes N,M,...] [--probes requery,stream] [--wall] [--factors]"
+        "usage: orders [--quick] [--sizes N,M,...] [--probes requery,stream,sorted] [--iters N] [--wall] [--factors]"
     );
     std::process::exit(2)
 }
@@ -170,6 +175,7 @@ fn parse_args() -> Args {
         iters: 1 << 17,
         stream_min: STREAM_MIN,
         probes: vec![Probes::Requery, Probes::Stream],
+        fixed_iters: false,
         wall: false,
         factors: false,
     };
@@ -195,9 +201,14 @@ fn parse_args() -> Args {
                     .map(|p| match p {
                         "requery" => Probes::Requery,
                         "stream" => Probes::Stream,
+                        "sorted" => Probes::Sorted,
                         _ => usage(),
                     })
                     .collect()
+            }
+            "--iters" => {
+                args.iters = list(it.next()).parse().unwrap_or_else(|_| usage());
+                args.fixed_iters = true;
             }
             "--wall" => args.wall = true,
             "--factors" => args.factors = true,
@@ -224,12 +235,14 @@ fn main() {
         machine::describe(),
         machine::load_average()
     );
-    println!(
-        "# {clock}, median of {} round-robin repetitions; requery: {} lookups a repetition ({} above n=4096), stream: {}",
-        args.reps,
-        args.iters,
-        args.iters / 4,
+    let requery_big = if args.fixed_iters {
         args.iters
+    } else {
+        args.iters / 4
+    };
+    println!(
+        "# {clock}, median of {} round-robin repetitions of {} lookups (re-queried above n=4096: {requery_big})",
+        args.reps, args.iters,
     );
     for p in &args.probes {
         println!(
@@ -255,7 +268,7 @@ fn main() {
                 // The re-queried set keeps its historical block size; a
                 // stream walks as many fresh addresses at every size.
                 let iters = match p {
-                    Probes::Requery if n > 4096 => args.iters / 4,
+                    Probes::Requery if n > 4096 && !args.fixed_iters => args.iters / 4,
                     _ => args.iters,
                 };
                 (p, iters, p.addresses(&w, args.reps, iters, args.stream_min))
