@@ -28,7 +28,10 @@
 # OUT/summary-<part>.txt (what `medians` made of them; printed too).
 # Builds: now, before, and each with `+hp` (the benches crate's huge-pages
 # feature). Run it on a quiet machine: every table names the CPU it ran on.
-# Takes about (runs x builds) x (30 s orders + 4-8 min compare) on 2 cores.
+# Takes about 2 min of builds, then runs x builds x 5 min on 2 cores (two
+# `orders` of 15-30 s, a full `compare` of about 2 min and a huge-pages
+# `compare --only lookups,pauses` of about 1.5 min): 5 runs with a base,
+# about 50 minutes.
 
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -46,7 +49,7 @@ while [ $# -gt 0 ]; do
         --only) ONLY=$2; shift 2 ;;
         --out) OUT=$2; shift 2 ;;
         --quick) QUICK=--quick; RUNS=1; shift ;;
-        -h|--help) sed -n '2,32p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,/^$/p' "$0"; exit 0 ;;
         *) echo "unknown argument $1 (--help)" >&2; exit 2 ;;
     esac
 done
@@ -56,7 +59,9 @@ wants() { [[ ",$ONLY," == *",$1,"* ]]; }
 
 BINS=(orders compare pair medians)
 export CARGO_TERM_COLOR=never
-TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
+# A target dir of its own, so that target/release/ keeps the tree's own
+# default build (the last build here is the base's, with huge-pages).
+TARGET=$OUT/target
 
 # build SRC NAME [FEATURES]: release binaries of SRC's benches crate, copied
 # to OUT/bin/NAME/ (one target dir for every build: the crate's path and
@@ -154,3 +159,6 @@ if wants compare; then
     "$M" compare "${args[@]}" | tee "$OUT/summary-compare.txt"
 fi
 echo "== done: $OUT/summary-*.txt, one file per run in $OUT/runs"
+if wants compare; then
+    echo "   the README's charts: $OUT/runs/compare-now-$RUNS/{lookup,readers}.svg (copy them to benches/results/)"
+fi

@@ -8,8 +8,9 @@
 //! on its own, and prints p50, p99 and the largest (wall; the largest in
 //! thread CPU time too, and at which insert). "bulk" is one batch of all n
 //! inserts: its one write is the largest. [`FRESH`] children per structure
-//! and order, interleaved; the rows give the median of their figures and
-//! the largest of their largest.
+//! and order, interleaved; the rows give the median of each figure over
+//! the children (a preempted insert on a shared machine hits one child),
+//! and the line lists each child's largest.
 //!
 //! **Growths in one process** (what the structure itself costs, CPU time):
 //! each structure grown [`RUNS`] times in a row, ascending, descending and
@@ -218,7 +219,7 @@ fn first_growths(cfg: &Config, n: usize, rows: &mut Vec<Row>) {
     let fresh = if cfg.iters < 1 << 17 { 1 } else { FRESH };
     println!(
         "pauses, first growth in a fresh process: single inserts up to n={n} (bulk: one batch), \
-         each timed (wall ns), {fresh} processes each (median; max: the largest)"
+         each timed (wall ns), {fresh} processes each (medians over them)"
     );
     let exe = match std::env::current_exe() {
         Ok(exe) => exe,
@@ -258,8 +259,8 @@ fn first_growths(cfg: &Config, n: usize, rows: &mut Vec<Row>) {
         };
         let p50 = median(&mut runs, |r| r.p50);
         let p99 = median(&mut runs, |r| r.p99);
-        let max = runs.iter().map(|r| r.max).fold(0.0, f64::max);
-        let cpu_max = runs.iter().map(|r| r.cpu_max).fold(0.0, f64::max);
+        let max = median(&mut runs, |r| r.max);
+        let cpu_max = median(&mut runs, |r| r.cpu_max);
         let maxes: Vec<String> = runs
             .iter()
             .map(|r| format!("{:.0} at {}", r.max, r.at))
