@@ -128,7 +128,7 @@ if wants pair; then
     if command -v valgrind >/dev/null; then
         : >"$OUT/summary-pair.txt"
         for b in "${BUILDS[@]}"; do
-            for which in index_pairs btree_pairs; do
+            for which in index_pairs latch_pairs btree_pairs; do
                 log=$OUT/runs/pair-$b-$which.callgrind
                 valgrind --tool=callgrind --callgrind-out-file="$log.out" \
                     --toggle-collect="*$which*" "$OUT/bin/$b/pair" >"$log.txt" 2>&1
