@@ -1,8 +1,8 @@
 //! Instructions per write pair, for callgrind: `insert` of a one-range
 //! module plus its `remove` at 84 modules (the kernel's module count), after
-//! a warm-up, against `LatchTree::insert` + `remove` and `BTreeMap::insert`
-//! + `remove` of one key beside 84. Uses only API that earlier releases have
-//! too, so the same file measures the previous `main`.
+//! a warm-up, against the insert and remove of one key beside 84 others in
+//! a `LatchTree` and in a `BTreeMap`. Uses only API that earlier releases
+//! have too, so the same file measures the previous `main`.
 //!
 //! ```text
 //! cargo build --release -p latchtree-benches --bin pair
