@@ -549,7 +549,14 @@ fn main() -> Result<(), Box<dyn Error>> {
     chart::lookup_chart(
         &rows,
         &args.out.join("lookup.svg"),
-        &format!("lookup ns/op vs n ({title})"),
+        &format!(
+            "lookup ns/op vs n ({title}{})",
+            if cfg.requery {
+                ""
+            } else {
+                "; from n=4096 a stream of distinct addresses"
+            }
+        ),
     )?;
     chart::readers_chart(
         &rows,
