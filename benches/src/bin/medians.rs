@@ -82,7 +82,11 @@ fn compare_records(text: &str) -> Vec<Record> {
                     f[4].clone(),
                     f[6].clone(),
                 ],
-                values: vec![("value", num(5)), ("x baseline", num(7))],
+                values: vec![
+                    ("value", num(5)),
+                    ("x baseline", num(7)),
+                    ("writer/s", num(8)),
+                ],
             })
         })
         .collect()
@@ -221,7 +225,234 @@ fn main() {
     }
     if kind == "orders" {
         readme_tables(&groups, &samples, &seen);
+    } else {
+        compare_readme(&samples, &seen);
     }
+}
+
+/// `compare`: the README's tables and ratios from the first build's
+/// medians (`-` where a run did not measure a cell).
+fn compare_readme(samples: &Samples, seen: &[Vec<String>]) {
+    // The median of figure `v` of the first build in (section, case,
+    // structure).
+    let get = |section: &str, case: &str, structure: &str, v: usize| {
+        let key = seen
+            .iter()
+            .find(|k| k[0] == section && k[1] == case && k[3] == structure)?;
+        median(&mut samples.get(&(key.clone(), v))?[0].clone())
+    };
+    let ns = |section: &str, case: &str, who: &str| get(section, case, who, 0);
+    let ratio = |section: &str, case: &str, who: &str| get(section, case, who, 1);
+    // "lo-hi" of `f` over the growth orders (two decimals).
+    let spread = |f: &dyn Fn(&str) -> Option<f64>| {
+        let xs: Vec<f64> = ["ascending", "descending", "random"]
+            .iter()
+            .filter_map(|o| f(o))
+            .collect();
+        if xs.is_empty() {
+            return "-".to_string();
+        }
+        let lo = xs.iter().copied().fold(f64::INFINITY, f64::min);
+        let hi = xs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        format!("{lo:.2}-{hi:.2}")
+    };
+    const BT: &str = "BTreeMap (unsynchronized)";
+    const ADDR: &str = "latchtree AddrIndex::lookup";
+    const UB: &str = "latchtree LatchTree::upper_bound (held)";
+    const STD: &str = "std RwLock<BTreeMap>";
+    const SKIP: &str = "crossbeam SkipMap";
+    const TREE: &str = "latchtree LatchTree";
+    const INDEX_W: &str = "latchtree AddrIndex (range/module)";
+    println!();
+    println!("README tables from the first build's medians");
+    println!();
+    println!("When to pick it (ns; BTreeMap | RwLock | SkipMap | LatchTree | AddrIndex):");
+    for (label, section, case, who) in [
+        (
+            "lookup, n = 84",
+            "lookup",
+            "n=84 ascending",
+            [BT, STD, SKIP, UB, ADDR],
+        ),
+        (
+            "lookup, n = 262 144",
+            "lookup",
+            "n=262144 ascending",
+            [BT, STD, SKIP, UB, ADDR],
+        ),
+        (
+            "insert + remove, n = 84",
+            "write",
+            "insert+remove n=84",
+            [BT, STD, SKIP, TREE, INDEX_W],
+        ),
+    ] {
+        let cells: Vec<String> = who.iter().map(|w| fmt(ns(section, case, w))).collect();
+        println!("| {label} | {} |", cells.join(" | "));
+    }
+    println!();
+    println!("The peers (x BTreeMap grown the same way, over the growth orders):");
+    let look =
+        |n: u32, who: &'static str| move |o: &str| ratio("lookup", &format!("n={n} {o}"), who);
+    for (label, n, who) in [
+        ("AddrIndex::lookup n=84", 84, ADDR),
+        ("AddrIndex::lookup n=262144", 262_144, ADDR),
+        ("AddrIndex::lookup n=1048576", 1 << 20, ADDR),
+        ("LatchTree::upper_bound n=84", 84, UB),
+        ("LatchTree::upper_bound n=262144", 262_144, UB),
+        ("std RwLock n=84", 84, STD),
+        ("std RwLock n=262144", 262_144, STD),
+        ("SkipMap n=84", 84, SKIP),
+        ("SkipMap n=262144", 262_144, SKIP),
+    ] {
+        println!("  {label}: {}", spread(&look(n, who)));
+    }
+    let kernel = "84 modules, 90% inside";
+    let per_lookup = |who: &str| {
+        ns("kernel", kernel, who)
+            .zip(ns("kernel", kernel, ADDR))
+            .map(|(a, b)| a / b)
+    };
+    for who in [
+        "latchtree module_address (held guard)",
+        "latchtree module_address (pin per call)",
+        "latchtree HandlerSection::lookup (open section)",
+    ] {
+        println!("  kernel84 {who} x lookup: {}", fmt(per_lookup(who)));
+    }
+    println!();
+    println!(
+        "Readers (ns; alone | writer at 100 000/s | tight writer | its updates/s | 2 readers, no writer):"
+    );
+    for who in [
+        "latchtree AddrIndex::lookup",
+        "latchtree LatchTree (held guard)",
+        "latchtree LatchTree (pin per call)",
+        STD,
+        "parking_lot RwLock<BTreeMap>",
+        "ArcSwap<BTreeMap>",
+        "left-right BTreeMap",
+        SKIP,
+    ] {
+        let r = |case: &str| ns("readers", case, who);
+        let ops = get("readers", "1 reader, tight writer", who, 2);
+        println!(
+            "| {who} | {} | {} | {} | {} | {} |",
+            fmt(r("1 reader, no writer")),
+            fmt(r("1 reader, writer 100000/s")),
+            fmt(r("1 reader, tight writer")),
+            ops.map_or("-".into(), |o| format!("{:.2} M", o / 1e6)),
+            fmt(r("2 readers, no writer")),
+        );
+    }
+    println!();
+    println!("Writes (ns (x BTreeMap); insert+remove 84 | insert+remove 4096 | batch of 8, 4096):");
+    for who in [
+        BT,
+        TREE,
+        INDEX_W,
+        STD,
+        "left-right BTreeMap",
+        SKIP,
+        "ArcSwap<BTreeMap>",
+    ] {
+        let cells: Vec<String> = [
+            "insert+remove n=84",
+            "insert+remove n=4096",
+            "batch8 insert n=4096",
+        ]
+        .iter()
+        .map(|c| {
+            format!(
+                "{} ({})",
+                fmt(ns("write", c, who)),
+                fmt(ratio("write", c, who))
+            )
+        })
+        .collect();
+        println!("| {who} | {} |", cells.join(" | "));
+    }
+    println!();
+    println!(
+        "Pauses (p50 | p99 | largest, first growth (wall) | largest, steady (CPU)), ns; then one batch, rebalance, clear:"
+    );
+    for who in ["latchtree AddrIndex insert", "latchtree LatchTree insert"] {
+        for order in ["ascending", "descending", "random"] {
+            let p = |q: &str| get("pause", &format!("first growth {order} {q}"), who, 0);
+            let steady = get("pause", &format!("grow {order} steady max"), who, 0);
+            println!(
+                "| {who}, {order} | {} | {} | {} | {} |",
+                fmt(p("p50")),
+                fmt(p("p99")),
+                fmt(p("max")),
+                fmt(steady)
+            );
+        }
+        let batch = get("pause", "first growth bulk max", who, 0);
+        println!("  {who}: one batch {}", fmt(batch));
+    }
+    for (case, who) in [
+        ("rebalance", "latchtree AddrIndex rebalance"),
+        ("clear", "latchtree LatchTree clear"),
+    ] {
+        let xs: Vec<String> = ["ascending", "descending", "random"]
+            .iter()
+            .map(|o| fmt(get("pause", &format!("{o} {case}"), who, 0)))
+            .collect();
+        println!("  {who}: {}", xs.join(", "));
+    }
+    println!();
+    println!(
+        "Memory (bytes per entry; BTreeMap | SkipMap | scc | LatchTree | left-right | AddrIndex):"
+    );
+    let mem = |who: &str| {
+        seen.iter()
+            .find(|k| k[0] == "memory" && k[1].starts_with("u64->u64") && k[3] == who)
+            .and_then(|k| median(&mut samples.get(&(k.clone(), 0))?[0].clone()))
+    };
+    let cells: Vec<String> = [
+        BT,
+        SKIP,
+        "scc TreeIndex",
+        TREE,
+        "left-right BTreeMap (2 copies)",
+        INDEX_W,
+    ]
+    .iter()
+    .map(|w| fmt(mem(w)))
+    .collect();
+    println!("| {} |", cells.join(" | "));
+    for who in [
+        "latchtree AddrIndex after 99% removed + synchronize",
+        "latchtree AddrIndex after 99% removed + shrink_to_fit",
+    ] {
+        println!(
+            "  {who}: {} x fresh",
+            fmt(get("memory", "held / fresh index of the 1% left", who, 0))
+        );
+    }
+    println!();
+    println!(
+        "Objects (ns (x _dl_find_object); LoadedObjects | _dl_find_object | bare AddrIndex | sorted Vec | dladdr):"
+    );
+    let cells: Vec<String> = [
+        "latchtree LoadedObjects::lookup",
+        "glibc _dl_find_object",
+        "latchtree AddrIndex::lookup (same segments)",
+        "sorted Vec (partition_point)",
+        "glibc dladdr",
+    ]
+    .iter()
+    .map(|w| {
+        let c = "this process's objects";
+        format!(
+            "{} ({})",
+            fmt(ns("objects", c, w)),
+            fmt(ratio("objects", c, w))
+        )
+    })
+    .collect();
+    println!("| {} |", cells.join(" | "));
 }
 
 /// `orders`: one Markdown table per probe stream, rows (n, order).
