@@ -97,6 +97,8 @@ if [ -n "$BASE" ]; then
     BUILDS=(now before)
 fi
 
+# A fresh set of runs: the summaries glob every file here.
+rm -rf "$OUT/runs"
 mkdir -p "$OUT/runs"
 echo "== machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(nproc) cores; load $(cut -d' ' -f1-3 /proc/loadavg)"
 
@@ -134,7 +136,7 @@ if wants pair; then
                     --toggle-collect="*$which*" "$OUT/bin/$b/pair" >"$log.txt" 2>&1
                 got=$(sed -n 's/.*Collected : \([0-9]*\).*/\1/p' "$log.txt")
                 pairs=$(grep -o '^[0-9]* pairs each' "$log.txt" | cut -d' ' -f1)
-                echo "$b $which: $got instructions / $pairs pairs = $((got / pairs)) a pair" |
+                echo "$b $which: $got instructions / $pairs pairs = $(((got + pairs / 2) / pairs)) a pair" |
                     tee -a "$OUT/summary-pair.txt"
             done
         done
