@@ -41,17 +41,29 @@ impl Workload {
             ranges.push((at, at + len));
             at += len;
         }
-        let queries = (0..QUERIES)
-            .map(|_| {
-                let (s, e) = ranges[rng.below(n as u64) as usize];
-                if rng.below(10) < 9 {
-                    s + rng.below(e - s)
-                } else {
-                    e + rng.below(1 << 20)
-                }
-            })
-            .collect();
+        let queries = (0..QUERIES).map(|_| probe(&ranges, &mut rng)).collect();
         Workload { ranges, queries }
+    }
+
+    /// `len` distinct addresses drawn as [`Workload::ranges`] draws its
+    /// queries (90% inside a random range, 10% just past one), in random
+    /// order: a probe stream whose working set is every range, for lookups
+    /// that must not find their nodes in cache from an earlier probe (see
+    /// [`crate::probes`]).
+    pub fn stream(&self, len: usize, seed: u64) -> Vec<u64> {
+        let mut rng = SplitMix64(seed);
+        let mut out: Vec<u64> = Vec::with_capacity(len + len / 32);
+        while out.len() < len {
+            let more = len - out.len() + len / 64 + 16;
+            out.extend((0..more).map(|_| probe(&self.ranges, &mut rng)));
+            out.sort_unstable();
+            out.dedup();
+        }
+        for i in (1..out.len()).rev() {
+            out.swap(i, rng.below(i as u64 + 1) as usize);
+        }
+        out.truncate(len);
+        out
     }
 
     /// The Linux kernel's `__module_address` workload: 84 modules of
@@ -90,6 +102,18 @@ impl Workload {
     /// at least one byte), each usable as a fresh one-byte range `[e, e+1)`.
     pub fn fresh_keys(&self) -> Vec<u64> {
         self.ranges.iter().map(|&(_, e)| e).collect()
+    }
+}
+
+/// One query address for `ranges` (sorted, disjoint): 90% inside a random
+/// range, 10% up to 1 MiB past one's end (in a gap, or now and then in the
+/// next range).
+fn probe(ranges: &[(u64, u64)], rng: &mut SplitMix64) -> u64 {
+    let (s, e) = ranges[rng.below(ranges.len() as u64) as usize];
+    if rng.below(10) < 9 {
+        s + rng.below(e - s)
+    } else {
+        e + rng.below(1 << 20)
     }
 }
 

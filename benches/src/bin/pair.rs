@@ -1,18 +1,20 @@
 //! Instructions per write pair, for callgrind: `insert` of a one-range
 //! module plus its `remove` at 84 modules (the kernel's module count), after
-//! a warm-up, against `BTreeMap::insert` + `remove`. Uses only API that
-//! earlier releases have too, so the same file measures the previous `main`.
+//! a warm-up, against the insert and remove of one key beside 84 others in
+//! a `LatchTree` and in a `BTreeMap`. Uses only API that earlier releases
+//! have too, so the same file measures the previous `main`.
 //!
 //! ```text
 //! cargo build --release -p latchtree-benches --bin pair
 //! valgrind --tool=callgrind --toggle-collect='*index_pairs*' target/release/pair
+//! valgrind --tool=callgrind --toggle-collect='*latch_pairs*' target/release/pair
 //! valgrind --tool=callgrind --toggle-collect='*btree_pairs*' target/release/pair
 //! ```
 //!
 //! Divide the collected instructions (`Collected` in callgrind's summary) by
 //! [`PAIRS`], which the binary prints.
 
-use latchtree::AddrIndex;
+use latchtree::{AddrIndex, LatchTree};
 use std::collections::BTreeMap;
 use std::hint::black_box;
 
@@ -39,6 +41,19 @@ fn index_pairs(ix: &AddrIndex<u64>) {
 }
 
 #[inline(never)]
+fn latch_pair(t: &LatchTree<u64, u64>, i: u64) {
+    t.insert(N * 0x1000 + 0x100, i);
+    black_box(t.remove(&(N * 0x1000 + 0x100)));
+}
+
+#[inline(never)]
+fn latch_pairs(t: &LatchTree<u64, u64>) {
+    for i in 0..PAIRS {
+        latch_pair(t, i);
+    }
+}
+
+#[inline(never)]
 fn btree_pair(m: &mut BTreeMap<u64, u64>, i: u64) {
     m.insert(N * 0x1000 + 0x100, i);
     black_box(m.remove(&(N * 0x1000 + 0x100)));
@@ -53,17 +68,24 @@ fn btree_pairs(m: &mut BTreeMap<u64, u64>) {
 
 fn main() {
     let ix = AddrIndex::new();
+    let t = LatchTree::new();
     let mut m = BTreeMap::new();
     for i in 0..N {
         ix.insert(i * 0x1000..i * 0x1000 + 0x800, i)
             .expect("disjoint");
+        t.insert(i * 0x1000, i);
         m.insert(i * 0x1000, i);
     }
     for i in 0..WARM_UP {
         index_pair(&ix, i);
+        latch_pair(&t, i);
         btree_pair(&mut m, i);
     }
     index_pairs(&ix);
+    latch_pairs(&t);
     btree_pairs(&mut m);
-    println!("{PAIRS} pairs each");
+    println!(
+        "{PAIRS} pairs each; {}",
+        latchtree_benches::machine::describe()
+    );
 }

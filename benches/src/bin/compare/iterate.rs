@@ -33,7 +33,7 @@ pub(crate) fn run(cfg: &Config, rows: &mut Vec<Row>) {
         let mut contenders: Vec<(&'static str, Run<'_>)> = vec![
             (
                 BTREEMAP,
-                Box::new(move |_| {
+                Box::new(move |_, _| {
                     let mut acc = 0u64;
                     for _ in 0..walks {
                         if full {
@@ -51,7 +51,7 @@ pub(crate) fn run(cfg: &Config, rows: &mut Vec<Row>) {
             ),
             (
                 LATCHTREE,
-                Box::new(move |_| {
+                Box::new(move |_, _| {
                     let mut acc = 0u64;
                     for _ in 0..walks {
                         let guard = latchtree::pin();
@@ -71,7 +71,7 @@ pub(crate) fn run(cfg: &Config, rows: &mut Vec<Row>) {
             ),
             (
                 SKIPMAP,
-                Box::new(move |_| {
+                Box::new(move |_, _| {
                     let mut acc = 0u64;
                     for _ in 0..walks {
                         let skip = black_box(&p.skip);
@@ -89,7 +89,7 @@ pub(crate) fn run(cfg: &Config, rows: &mut Vec<Row>) {
                 }),
             ),
         ];
-        let ns = round_robin(&mut contenders, items, cfg.reps, cfg.clock);
+        let ns = round_robin(&mut contenders, items, cfg.reps, cfg.clock, |_| 0);
         for ((name, _), ns) in contenders.iter().zip(ns) {
             rows.push(Row::new(
                 "iterate",

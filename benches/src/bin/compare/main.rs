@@ -6,13 +6,16 @@
 //! Sections: single-threaded lookups at several sizes; the Linux kernel's
 //! `__module_address` workload (84 modules, 90% of addresses inside one);
 //! walks in key order (`iter`, `range`); write costs; the longest single
-//! write while growing to 262 144 (`pauses`); readers with and without a concurrent writer; memory per
+//! write while growing to 262 144 (`pauses`: in a fresh process, wall
+//! clock, and over repeated growths in one process, CPU time); readers
+//! with and without a concurrent writer; memory per
 //! entry (counting global allocator); "which loaded object holds this pc"
 //! against glibc's `_dl_find_object` and `dladdr`. Results also go to `DIR/compare.csv`,
 //! `DIR/lookup.svg` and `DIR/readers.svg`.
 //!
 //! ```text
-//! cargo run --release -p latchtree-benches --bin compare -- [--quick] [--wall] [--pauses] [--readers-max N] [--out DIR]
+//! cargo run --release -p latchtree-benches --bin compare -- [--quick] [--wall] [--requery] [--pauses] [--readers-max N] [--out DIR]
+//! cargo run --release -p latchtree-benches --features huge-pages --bin compare   # with latchtree's huge-pages
 //! ```
 //!
 //! * `--quick`: tiny sizes and durations (CI smoke mode, a few seconds).
@@ -21,6 +24,9 @@
 //! * `--wall`: time the single-threaded sections with the wall clock
 //!   instead of the thread's CPU time (the default, which ignores time the
 //!   thread spent descheduled on a busy machine).
+//! * `--requery`: lookups at every size re-query the same 65,536 addresses
+//!   (from 4096 ranges up they walk a stream of 2^20+ distinct addresses by
+//!   default: see `lookups.rs`).
 //! * `--readers-max N`: reader-scaling curve over 1..=N reader threads, with
 //!   and without a writer (default 2).
 //! * `--out DIR`: where the CSV and SVG files go (default `target/compare`).
@@ -45,6 +51,7 @@ mod pauses;
 mod report;
 mod writes;
 
+use latchtree_benches::machine::{self, load_average};
 use latchtree_benches::{peers, workload};
 use report::{Row, find};
 use std::error::Error;
@@ -80,12 +87,15 @@ pub(crate) struct Config {
     pub(crate) memory_n: usize,
     /// Clock of the single-threaded sections.
     pub(crate) clock: measure::Clock,
+    /// Lookups re-query the same 65,536 addresses at every size (no stream).
+    pub(crate) requery: bool,
 }
 
 struct Args {
     quick: bool,
     pauses: bool,
     wall: bool,
+    requery: bool,
     readers_max: usize,
     out: PathBuf,
     /// Sections to run (all if empty).
@@ -94,7 +104,7 @@ struct Args {
 
 fn usage() -> ! {
     eprintln!(
-        "usage: compare [--quick] [--wall] [--pauses] [--readers-max N] [--out DIR] [--only SECTION,...]"
+        "usage: compare [--quick] [--wall] [--requery] [--pauses] [--readers-max N] [--out DIR] [--only SECTION,...]"
     );
     std::process::exit(2)
 }
@@ -104,6 +114,7 @@ fn parse_args() -> Args {
         quick: false,
         pauses: false,
         wall: false,
+        requery: false,
         readers_max: 2,
         out: PathBuf::from("target/compare"),
         only: Vec::new(),
@@ -114,6 +125,7 @@ fn parse_args() -> Args {
             "--quick" => args.quick = true,
             "--pauses" => args.pauses = true,
             "--wall" => args.wall = true,
+            "--requery" => args.requery = true,
             "--readers-max" => {
                 args.readers_max = it
                     .next()
@@ -138,25 +150,6 @@ fn parse_args() -> Args {
         }
     }
     args
-}
-
-/// `model name` from /proc/cpuinfo, if readable.
-fn cpu_model() -> String {
-    std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split(':').nth(1))
-                .map(|m| m.trim().to_string())
-        })
-        .unwrap_or_else(|| "unknown CPU".into())
-}
-
-fn load_average() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_else(|_| "?".into())
 }
 
 /// One line per target of the performance issues (the latest targets:
@@ -422,6 +415,11 @@ fn targets(rows: &[Row], readers_max: usize) -> Vec<String> {
 }
 
 fn main() -> Result<(), Box<dyn Error>> {
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    if argv.first().map(String::as_str) == Some(pauses::CHILD_ARG) {
+        pauses::child(&argv[1..]);
+        return Ok(());
+    }
     let args = parse_args();
     let clock = if args.wall {
         measure::Clock::Wall
@@ -440,6 +438,7 @@ fn main() -> Result<(), Box<dyn Error>> {
             conc_reps: 1,
             memory_n: 10_000,
             clock,
+            requery: args.requery,
         }
     } else {
         Config {
@@ -453,9 +452,10 @@ fn main() -> Result<(), Box<dyn Error>> {
             conc_reps: 3,
             memory_n: 100_000,
             clock,
+            requery: args.requery,
         }
     };
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let cores = machine::cores();
     let started = Instant::now();
     println!(
         "latchtree comparison{}",
@@ -466,12 +466,12 @@ fn main() -> Result<(), Box<dyn Error>> {
         }
     );
     println!(
-        "machine: {cores} cores, {}; load average at start {}",
-        cpu_model(),
+        "machine: {}; load average at start {}",
+        machine::describe(),
         load_average()
     );
     println!(
-        "single-threaded: median of {} round-robin reps x {} ops ({} above n=4096), {}; \
+        "single-threaded: median of {} round-robin reps x {} ops ({} above n=4096 when re-queried), {}; \
          concurrent: median of {} x {} ms runs, wall clock",
         cfg.reps,
         cfg.iters,
@@ -483,6 +483,7 @@ fn main() -> Result<(), Box<dyn Error>> {
         cfg.conc_reps,
         cfg.conc_dur.as_millis()
     );
+    println!("{}", lookups::describe(&cfg));
     println!(
         "stopwatch cost {:.0} ns per timed block (subtracted from every single-threaded block)",
         measure::overhead_ns(cfg.clock)
@@ -518,6 +519,7 @@ fn main() -> Result<(), Box<dyn Error>> {
     }
 
     println!();
+    println!("measured on {}", machine::describe());
     print!("{}", report::table(&rows));
     println!();
     println!(
@@ -535,11 +537,26 @@ fn main() -> Result<(), Box<dyn Error>> {
     std::fs::create_dir_all(&args.out)?;
     let csv = args.out.join("compare.csv");
     report::write_csv(&rows, &csv)?;
-    let title = format!("{cores} cores, {}", cpu_model());
+    let title = format!(
+        "{}, {cores} cores, {}",
+        machine::cpu_model(),
+        if cfg!(feature = "huge-pages") {
+            "huge-pages"
+        } else {
+            "default features"
+        }
+    );
     chart::lookup_chart(
         &rows,
         &args.out.join("lookup.svg"),
-        &format!("lookup ns/op vs n ({title})"),
+        &format!(
+            "lookup ns/op vs n ({title}{})",
+            if cfg.requery {
+                ""
+            } else {
+                "; from n=4096 a stream of distinct addresses"
+            }
+        ),
     )?;
     chart::readers_chart(
         &rows,

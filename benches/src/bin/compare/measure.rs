@@ -63,28 +63,10 @@ pub(crate) fn overhead_ns(clock: Clock) -> f64 {
     })
 }
 
-/// One contender of a single-threaded measurement: runs `iters` operations
-/// and returns a checksum of their results.
-pub(crate) type Run<'a> = Box<dyn FnMut(usize) -> u64 + 'a>;
-
-/// `iters` lookups of addresses taken cyclically from `queries` (a power of
-/// two long); the checksum folds in every answer, so none can be skipped.
-#[inline(always)]
-pub(crate) fn lookup_loop(
-    queries: &[u64],
-    iters: usize,
-    mut f: impl FnMut(u64) -> Option<u64>,
-) -> u64 {
-    debug_assert!(queries.len().is_power_of_two());
-    let mask = queries.len() - 1;
-    let mut acc = 0u64;
-    for i in 0..iters {
-        if let Some(s) = f(black_box(queries[i & mask])) {
-            acc = acc.wrapping_add(s ^ i as u64);
-        }
-    }
-    acc
-}
+/// One contender of a single-threaded measurement: `(first, iters)` runs
+/// `iters` operations (lookups: of the probe addresses from `first` on) and
+/// returns a checksum of their results.
+pub(crate) type Run<'a> = Box<dyn FnMut(usize, usize) -> u64 + 'a>;
 
 /// The median of `xs` (not empty).
 pub(crate) fn median(xs: &mut [f64]) -> f64 {
@@ -99,17 +81,20 @@ pub(crate) fn median(xs: &mut [f64]) -> f64 {
 
 /// Runs every contender once untimed, then `reps` rounds in which each runs
 /// `iters` operations, timed; returns each one's median ns per operation.
-/// Every contender must return the same checksum as the first one (they
-/// answer the same queries), otherwise this panics naming the culprit.
+/// `first(rep)` is the first probe address of round `rep` (0: the untimed
+/// one), the same for every contender of a round. Every contender must
+/// return the same checksum as the first one (they answer the same
+/// queries), otherwise this panics naming the culprit.
 pub(crate) fn round_robin(
     contenders: &mut [(&'static str, Run<'_>)],
     iters: usize,
     reps: usize,
     clock: Clock,
+    first: impl Fn(usize) -> usize,
 ) -> Vec<f64> {
-    let want = (contenders[0].1)(iters);
+    let want = (contenders[0].1)(first(0), iters);
     for (name, run) in contenders.iter_mut() {
-        let got = run(iters);
+        let got = run(first(0), iters);
         assert_eq!(
             got, want,
             "{name} disagrees with {} on the same queries",
@@ -117,10 +102,11 @@ pub(crate) fn round_robin(
         );
     }
     let mut samples = vec![Vec::with_capacity(reps); contenders.len()];
-    for _ in 0..reps {
+    for rep in 1..=reps {
+        let first = first(rep);
         for (i, (_, run)) in contenders.iter_mut().enumerate() {
             let t = Stopwatch::start(clock);
-            black_box(run(iters));
+            black_box(run(first, iters));
             samples[i].push(t.ns_per(iters));
         }
     }
