@@ -12,14 +12,18 @@
 //! are rare and short next to reads, and no OS is there to park on.
 
 #[cfg(not(latchtree_loom))]
-pub(crate) use core::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering, fence};
+pub(crate) use core::sync::atomic::{
+    AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence,
+};
 #[cfg(all(not(latchtree_loom), not(feature = "std")))]
 pub(crate) use spin::{SpinMutex as Mutex, SpinMutexGuard as MutexGuard};
 #[cfg(all(not(latchtree_loom), feature = "std"))]
 pub(crate) use std::sync::{Mutex, MutexGuard};
 
 #[cfg(latchtree_loom)]
-pub(crate) use loom::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering, fence};
+pub(crate) use loom::sync::atomic::{
+    AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence,
+};
 #[cfg(latchtree_loom)]
 pub(crate) use loom::sync::{Mutex, MutexGuard};
 

@@ -49,7 +49,7 @@
 use super::record::Record;
 use super::types::{ModuleId, RawHit};
 use crate::raw::{Height, KidKeys, Kids, LinkRef, Linked, Links, Parent};
-use crate::sync::{AtomicPtr, AtomicU64, Ordering};
+use crate::sync::{AtomicPtr, AtomicU32, AtomicU64, Ordering};
 use alloc::alloc::Layout;
 use alloc::vec;
 use alloc::vec::Vec;
@@ -75,8 +75,12 @@ pub(crate) struct RangeNode<M> {
     pub(crate) id: AtomicU64,
     pub(crate) base: AtomicU64,
     pub(crate) tag: AtomicU64,
-    /// The segment's flags (a `u32`).
-    pub(crate) flags: AtomicU64,
+    /// The segment's flags.
+    pub(crate) flags: AtomicU32,
+    /// The index of the chunk the node lies in: written whenever the node
+    /// is handed out (a purge may have zeroed it since), read by the writer
+    /// only, when the node comes back (`Slab::recycle`).
+    chunk: AtomicU32,
     hot_parent: Parent<RangeNode<M>>,
     height: Height,
     /// The module record, valid while the node is linked; dereferenced only
@@ -145,7 +149,8 @@ impl<M> RangeNode<M> {
             id: AtomicU64::new(0),
             base: AtomicU64::new(0),
             tag: AtomicU64::new(0),
-            flags: AtomicU64::new(0),
+            flags: AtomicU32::new(0),
+            chunk: AtomicU32::new(0),
             hot_parent: Parent::new(),
             height: Height::new(),
             module: AtomicPtr::new(ptr::null_mut()),
@@ -175,7 +180,7 @@ impl<M> RangeNode<M> {
             id: ModuleId(self.id.load(Ordering::Relaxed)),
             base: self.base.load(Ordering::Relaxed),
             tag: self.tag.load(Ordering::Relaxed),
-            flags: self.flags.load(Ordering::Relaxed) as u32,
+            flags: self.flags.load(Ordering::Relaxed),
         }
     }
 
@@ -327,7 +332,7 @@ impl<M> Slab<M> {
         node.id.store(h.id.0, Ordering::Relaxed);
         node.base.store(h.base, Ordering::Relaxed);
         node.tag.store(h.tag, Ordering::Relaxed);
-        node.flags.store(u64::from(h.flags), Ordering::Relaxed);
+        node.flags.store(h.flags, Ordering::Relaxed);
         node.module.store(f.module, Ordering::Relaxed);
     }
 
@@ -372,6 +377,11 @@ impl<M> Slab<M> {
         } else {
             self.recycled -= 1;
         }
+        // SAFETY: a node of this chunk, written.
+        // Relaxed: the writer's own word.
+        unsafe { node.as_ref() }
+            .chunk
+            .store(c as u32, Ordering::Relaxed);
         Some(node)
     }
 
@@ -456,10 +466,13 @@ impl<M> Slab<M> {
         self.chunks.iter().map(|c| c.layout.size()).sum()
     }
 
-    /// The chunk `node` lies in.
+    /// The chunk `node`, a node this slab handed out, lies in.
     fn chunk_of(&self, node: NonNull<RangeNode<M>>) -> usize {
         let a = node.as_ptr().addr();
-        let c = self.by_addr[self.by_addr.partition_point(|&(f, _)| f <= a) - 1].1;
+        // SAFETY: a node of this slab: inside a live chunk.
+        // Relaxed: the writer's own word, written when the node was first
+        // handed out (`pop_free`).
+        let c = unsafe { node.as_ref() }.chunk.load(Ordering::Relaxed) as usize;
         debug_assert!(
             a - self.chunks[c].first_addr() < self.chunks[c].len * size_of::<RangeNode<M>>(),
             "a node outside every chunk"

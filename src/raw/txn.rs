@@ -451,7 +451,11 @@ impl<'t, N: Linked> Txn<'t, N> {
     /// front-end that adopts trees gives their memory back at its own pace
     /// (no commit does). The nodes left both copies before this transaction
     /// began, as any node a commit releases.
+    #[inline]
     pub(crate) fn release_retired(&mut self, max: usize, release: impl FnMut(NonNull<N>)) {
+        if self.retiring.is_empty() {
+            return;
+        }
         // SAFETY: the retiring trees left both copies in an earlier commit
         // (after its last flip), and hold their copy-1 links of that moment
         // (see `RawTree`'s `Locked::retiring`); this transaction's own
