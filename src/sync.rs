@@ -119,8 +119,8 @@ mod spin {
     unsafe impl<T: Send> Sync for SpinMutex<T> {}
 
     /// Holds a [`SpinMutex`]; unlocks when dropped. The marker makes it
-    /// `Sync` only where `T` is, as `std`'s guard (review: sharing a guard
-    /// of a `Cell` would hand `&Cell` to several threads).
+    /// `Sync` only where `T` is, as `std`'s guard (sharing a guard of a
+    /// `Cell` would hand `&Cell` to several threads).
     pub(crate) struct SpinMutexGuard<'a, T>(&'a SpinMutex<T>, PhantomData<&'a mut T>);
 
     impl<T> SpinMutex<T> {

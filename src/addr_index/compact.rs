@@ -141,8 +141,7 @@ mod tests {
         keys
     }
 
-    /// Issue 26, 5: after growing and removing 99 %, the index held 106–114×
-    /// what a fresh index of the rest holds. `shrink_to_fit` leaves exactly
+    /// After growing and removing 99 %, `shrink_to_fit` leaves exactly
     /// the chunks and table capacity a fresh index of the rest has, and the
     /// index keeps answering and accepting writes.
     #[test]

@@ -209,8 +209,8 @@ impl<T> Removed<T> {
 }
 
 /// Derefs to the value, for a [`set_value`](crate::AddrIndex::set_value)
-/// caller that wants the old value itself (issue 25: `Removed` reads
-/// oddly for a replacement; it holds the old version's value and tag).
+/// caller that wants the old value itself (a `Removed` handed back by a
+/// replacement holds the old version's value and tag).
 ///
 /// ```
 /// let index = latchtree::AddrIndex::new();

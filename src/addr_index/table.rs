@@ -16,7 +16,7 @@
 //! The slots live in **segments** ([`Array`]s) of doubling size: segment 0
 //! holds slots `0..8`, segment `s > 0` slots `4 << s .. 8 << s`. Growing
 //! appends a segment and never moves a slot, so no write copies the table
-//! (a doubling array copied 2 MiB a table at 2^17 modules, inside one
+//! (a doubling array would copy 2 MiB a table at 2^17 modules, inside one
 //! insert); a fresh segment is zeroed memory, which the allocator hands out
 //! without writing it. Shrinking (when a compaction leaves the slots mostly
 //! empty) unpublishes the top segments, which pinned readers may still be

@@ -18,18 +18,17 @@
 //!   waits to be mispredicted;
 //! * **exact, the copy's height**, for a copy whose nodes keep their heights
 //!   (`Linked::height`, `AddrIndex`'s range nodes) and whose height is at
-//!   most `EXACT_SLACK` (`tree.rs`) above the balanced one: a tree grown in
+//!   most `EXACT_SLACK` (`shape/`) above the balanced one: a tree grown in
 //!   random order is about one level above it at n = 84, and the writer
 //!   knows its height after every write, so its lookups take the
-//!   branch-free walk too (round 3's random-order n = 84 cell took the tail
-//!   for want of a rebuild, DESIGN §7c);
+//!   branch-free walk too, without waiting for a rebuild;
 //! * **the copy's black height, then a tail**, for any other shape. Every
 //!   root-to-nil path holds that many nodes, so no trip is wasted standing
 //!   still; the tail walks the rest of the path (its red nodes, at most as
-//!   many again). Round 2's fixed `2 * black height` trips paid the longest
-//!   path on every lookup: 1.5–1.85× the average on the trees sequential
-//!   inserts build, and standing-still trips kept the next lookup's loads
-//!   from starting (DESIGN §7b).
+//!   many again). A fixed `2 * black height` would pay the longest path on
+//!   every lookup (1.5–1.85× the average on the trees sequential inserts
+//!   build), and its standing-still trips would keep the next lookup's
+//!   loads from starting.
 //!
 //! The plan is read like any word of the copy: a torn one (from a newer
 //! version) makes the read fail validation. It only steers the walk; what

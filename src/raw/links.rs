@@ -146,13 +146,13 @@ impl Height {
 
 /// The most nodes for which copy 0's heights are kept through inserts and
 /// erases (`rbtree.rs`). Keeping them costs a walk up the changed path and
-/// after each rotation (sequential growth to 65 536: 6,400 -> 7,500
-/// instructions an insert, callgrind), while what they buy, an exact plan
-/// within two levels of the balanced height (`tree.rs`), pays most at small
-/// sizes (random growth at n = 84: 2.3-3.0 -> 1.6x a sorted `Vec`; at 4096,
-/// 1.9-2.2 -> 1.7x) and is rare at large ones (a tree of 262 144 grown in
-/// random order is three or more levels above balanced). The size of the
-/// largest in-place rebuild (`txn::IN_PLACE_MAX`), which sets them again.
+/// after each rotation (about a sixth of an insert's instructions), while
+/// what they buy, an exact plan within two levels of the balanced height
+/// (`shape/`), pays most at small sizes (random growth at n = 84: lookups
+/// about 1.6× a sorted `Vec`'s time instead of 2.3–3.0×) and is rare at
+/// large ones (a tree of 262 144 grown in random order is three or more
+/// levels above balanced). The size of the largest in-place rebuild
+/// (`shape::IN_PLACE_MAX`), which sets them again.
 pub(crate) const HEIGHTS_MAX: usize = 4096;
 
 /// One copy's parent pointer of one node, with the colour in its low bit

@@ -367,7 +367,7 @@ fn chain(h: &Harness, n: usize) -> Vec<NonNull<Node>> {
     nodes
 }
 
-/// Review finding: the reader's descent cap gave up after its 128th node
+/// Regression: the reader's descent cap gave up after its 128th node
 /// without looking at that node's child, while the checker accepted a path
 /// of 128 nodes: a stable copy the checker called valid made readers retry
 /// forever. Both now accept a path of exactly `MAX_DEPTH` nodes and reject a
@@ -480,7 +480,7 @@ fn a_cursor_goes_stale_after_a_write() {
     assert!(matches!(c.step(Dir::Right), super::Step::Stale));
 }
 
-/// Review: the published descent plan matches every copy's shape through
+/// The published descent plan matches every copy's shape through
 /// random batches, some of which panic and roll back, and some of which
 /// rebuild (the checker verifies the plan after each).
 #[test]
@@ -528,8 +528,7 @@ fn an_exact_plan_one_trip_short_misleads_readers_and_the_checker_catches_it() {
     assert!(keys.iter().any(|&k| !h.contains(k)));
 }
 
-/// Sequential inserts, one per write, grow the long red spine that made
-/// round 2's lookups slow; every `len / 8` updates a write relinks both
+/// Sequential inserts, one per write, grow a long red spine; every `len / 8` updates a write relinks both
 /// copies into the balanced shape, after which readers follow an exact plan
 /// of the balanced height, and in between the average path stays within one
 /// node of the balanced tree's. (Nodes without heights: with them, every

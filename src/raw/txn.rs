@@ -91,8 +91,8 @@ pub(crate) struct Txn<'t, N> {
 /// Copy 0's first and last node (null: empty), kept by every change that
 /// may move them (writer-only, across transactions), so that a commit hands
 /// them to the front-end's `publish` without walking to them: two paths
-/// per copy took some 250 instructions of an `AddrIndex` insert + remove
-/// at n = 84 (callgrind), 7 % of it. Debug builds check them after every
+/// per copy would be 7 % of an `AddrIndex` insert + remove at n = 84.
+/// Debug builds check them after every
 /// transaction's body (`RawTree::write`), where a mismatch rolls back.
 pub(super) struct Ends<N> {
     pub(super) first: *mut N,

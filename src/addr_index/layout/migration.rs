@@ -85,7 +85,7 @@ enum Edit<T> {
 }
 
 /// The collected fields, in blocks of [`BLOCK`]: growing or freeing one
-/// vector of many MiB (14 MiB at n = 262 144) took a millisecond or more
+/// vector of many MiB (14 MiB at n = 262 144) takes a millisecond or more
 /// in one write (a copy, an unmap); blocks are allocated and freed one at a
 /// time.
 struct Staged<T> {
@@ -138,7 +138,7 @@ impl<T> Staged<T> {
 }
 
 /// Free nodes for a build, handed out lowest address first, without a
-/// sort (sorting the free list was a tenth of a growth's instructions): a
+/// sort (sorting the free list would be a tenth of a growth's work): a
 /// bitmap of the free nodes of each chunk, lowest chunk first, filled a
 /// slice at a time with nodes popped off the slab's free list (`mark`: the
 /// most recently freed ones, mostly the tree the last migration replaced,
@@ -182,8 +182,8 @@ impl<T> Reserve<T> {
     /// Pops more free nodes off `slab` (growing it by a chunk if none is
     /// left) and marks them, until `need` are or `budget` units are spent:
     /// a recycled node costs a quarter, a never-written one a whole unit
-    /// (writing it may fault its page in: some 7 µs a 4 KiB page on the
-    /// 2-core VM, 32 nodes). Returns the units spent, or `None` once `need`
+    /// (writing it may fault its page in: some 7 µs a 4 KiB page of 32
+    /// nodes). Returns the units spent, or `None` once `need`
     /// are marked.
     fn mark(&mut self, slab: &mut Slab<Record<T>>, need: usize, budget: usize) -> Option<usize> {
         if self.marked >= need {

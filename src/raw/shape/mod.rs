@@ -53,9 +53,8 @@ const _: () = assert!(HEIGHTS_MAX <= IN_PLACE_MAX);
 const REBUILD_MIN: usize = if cfg!(latchtree_loom) { usize::MAX } else { 16 };
 
 /// The most nodes a commit rebuilds in place on its own. A rebuild relinks
-/// every node of both copies inside the one write that made it due (about
-/// 0.15 µs a node when cold: some 0.6 ms at 4096, tens of milliseconds at
-/// 262 144). A larger tree keeps its red-black shape (no path longer than
+/// every node of both copies inside the one write that made it due (some
+/// 0.6 ms at 4096 with cold nodes). A larger tree keeps its red-black shape (no path longer than
 /// twice the shortest) unless its front-end rebuilds it: `AddrIndex` over
 /// many writes, `LatchTree::rebalance` when asked.
 pub(crate) const IN_PLACE_MAX: usize = 4096;
@@ -65,9 +64,9 @@ pub(crate) const IN_PLACE_MAX: usize = 4096;
 /// trip past a lookup's own path stands still, so an exact plan pays the
 /// tallest path on every lookup: a few levels more cost less than the
 /// tail's mispredicted exit, many more cost more (sequential growth
-/// between two rebuilds leaves a spine twice the balanced height, where
-/// the exact plan took 2.1× a sorted `Vec`'s time at n = 4096 and the tail
-/// 1.5×). A slack of 1, 2 or 3 measured within noise.
+/// between two rebuilds leaves a spine twice the balanced height: there
+/// the exact plan is 1.4 times as slow as the tail at n = 4096). Slacks of
+/// 1, 2 and 3 are within noise of each other.
 pub(super) const EXACT_SLACK: usize = 2;
 
 impl Shape {
@@ -93,9 +92,8 @@ impl Shape {
 /// get there within a few inserts), at most every `len / 8` updates (at
 /// least [`REBUILD_MIN`]). A rebuild relinks `len` nodes per copy (about 150
 /// instructions a node), so spread over the updates before it, it costs
-/// below one insert. (One level below rebuilt random churn at n = 84 every
-/// 16 updates: an insert + remove pair went from 1,760 to 4,900
-/// instructions.)
+/// below one insert. (One level lower would rebuild random churn at n = 84
+/// every 16 updates, nearly tripling an insert + remove pair.)
 pub(super) fn rebuild_due(since: usize, deepest: usize, len: usize) -> bool {
     since >= (len / 8).max(REBUILD_MIN) && deepest >= balanced_height(len) + 2
 }
