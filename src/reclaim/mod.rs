@@ -6,7 +6,7 @@
 //! becomes ([`Garbage`], with its [`Shell`]); it wraps each write of its
 //! tree in [`Reclaim::transact`] and calls [`Transaction::begin`] at the
 //! body's start and [`Transaction::retire`] from the tree's release hook;
-//! its `flush` is [`flush`], its `synchronize` [`synchronize`], its `Drop`
+//! its `flush` is [`flush()`], its `synchronize` [`synchronize`], its `Drop`
 //! frees what [`Pending::take_waiting`] hands it with [`free_now`]. This
 //! folder does the rest.
 //!
@@ -18,7 +18,7 @@
 //! | `garbage.rs` | [`Garbage`]: what a front-end says about one item |
 //! | `limbo.rs` | [`Limbo`]: retired items by period, waiting for the epoch |
 //! | `job.rs` | [`Job`]: the announcement deferred through the epoch, and the flushes that move it |
-//! | `flush.rs` | [`Front`]; [`flush`], [`synchronize`], [`wait_for_drops`], [`free_shells`] |
+//! | `flush.rs` | [`Front`]; [`flush()`], [`synchronize`], [`wait_for_drops`], [`free_shells`] |
 //! | `scope.rs` | [`WriterScope`]: work postponed until a thread holds no writer lock |
 //! | `two_phase.rs` | [`TwoPhase`]: the one two-phase counter |
 //! | `section.rs` | [`Sections`], [`SectionClock`]: handler sections' grace period, on the counter |
@@ -34,7 +34,7 @@
 //!   announcement deferred after that write's lock has run, [`Limbo`]),
 //!   and for a front-end with handler sections every section open when it
 //!   was unlinked ([`SectionClock`]). A later write of the same front-end
-//!   empties it, or [`flush`], or the owner's drop (`&mut`: no reader
+//!   empties it, or [`flush()`], or the owner's drop (`&mut`: no reader
 //!   left).
 //! * **Where.** On the thread of that write, flush or drop; never by a
 //!   reader, never inside a reader's pin (the epoch only ever runs an
@@ -55,7 +55,7 @@
 //!   outstanding; writes that find items waiting help the epoch along
 //!   ([`HELP_EVERY`](limbo::HELP_EVERY), [`HELP_BACKLOG`](limbo::HELP_BACKLOG)),
 //!   so a front-end whose later writes only insert, with no reader at all,
-//!   still frees what it removed; [`flush`] frees everything no reader holds.
+//!   still frees what it removed; [`flush()`] frees everything no reader holds.
 //! * **Memory.** Emptied items' memory is reused by later inserts, up to
 //!   [`Shell::KEPT`] per front-end; the rest goes back to the allocator.
 //! * **Waiting.** [`synchronize`] waits for the readers that keep items and

@@ -26,8 +26,8 @@ fn count() {
     SWALLOWED_DROP_PANICS.fetch_add(1, crate::sync::Ordering::Relaxed);
 }
 
-/// How many panics from a user `Drop` (a [`LatchTree`](crate::LatchTree)
-/// key's or value's, an [`AddrIndex`](crate::AddrIndex) module's value's)
+/// How many panics from a user `Drop` (a `LatchTree` key's or value's, an
+/// `AddrIndex` module's value's)
 /// were caught and not propagated, in the whole process: during
 /// reclamation (which runs at a point where no caller could take the panic:
 /// after a later write's lock, in a `flush`, or when another write nested in

@@ -218,14 +218,17 @@ impl<S: Shell> ReturnStack<S> {
 
     /// Frees every shell on the stack (`&mut`: no giver runs).
     fn free_all(&mut self) {
-        let mut next = core::mem::replace(self.head.get_mut(), ptr::null_mut());
+        // Relaxed: `&mut self` (loom's atomics have no `get_mut`): whatever
+        // handed this thread the stack ordered the givers' pushes before.
+        let mut next = self.head.swap(ptr::null_mut(), Ordering::Relaxed);
         while let Some(s) = NonNull::new(next) {
             // SAFETY: `&mut self`: the stack's shells are ours alone.
             next = unsafe { S::next(s) };
             // SAFETY: as above; each freed once.
             unsafe { S::free(s) };
         }
-        *self.pushed.get_mut() = 0;
+        // Relaxed: as above.
+        self.pushed.store(0, Ordering::Relaxed);
     }
 }
 
@@ -324,5 +327,86 @@ impl<S: Shell> Spares<S> {
         // Relaxed: as in `refill`.
         stack.held.store(0, Ordering::Relaxed);
         all
+    }
+}
+
+/// The stack's bound and hand-over, with a shell that counts itself.
+#[cfg(all(test, not(latchtree_loom)))]
+mod tests {
+    use super::{Chain, ReturnStack, Shell, Spares};
+    use alloc::boxed::Box;
+    use core::ptr::{self, NonNull};
+    use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+
+    /// Live test shells, process-wide (one test uses them).
+    static LIVE: AtomicUsize = AtomicUsize::new(0);
+
+    struct TestShell {
+        next: *mut TestShell,
+    }
+
+    // SAFETY: `next` is the shell's own word; `free` frees its box.
+    unsafe impl Shell for TestShell {
+        const KEPT: usize = 4;
+
+        unsafe fn next(this: NonNull<Self>) -> *mut Self {
+            // SAFETY: the caller holds the shell.
+            unsafe { (*this.as_ptr()).next }
+        }
+
+        unsafe fn set_next(this: NonNull<Self>, next: *mut Self) {
+            // SAFETY: the caller holds the shell.
+            unsafe { (*this.as_ptr()).next = next };
+        }
+
+        unsafe fn free(this: NonNull<Self>) {
+            LIVE.fetch_sub(1, Relaxed);
+            // SAFETY: a box from `chain_of`, freed once.
+            drop(unsafe { Box::from_raw(this.as_ptr()) });
+        }
+    }
+
+    fn chain_of(n: usize) -> Chain<TestShell> {
+        let mut c = Chain::new();
+        for _ in 0..n {
+            LIVE.fetch_add(1, Relaxed);
+            let s = NonNull::from(Box::leak(Box::new(TestShell {
+                next: ptr::null_mut(),
+            })));
+            // SAFETY: fresh, ours.
+            unsafe { c.push(s) };
+        }
+        c
+    }
+
+    #[test]
+    fn givers_keep_at_most_kept_with_what_the_writer_holds() {
+        let stack = ReturnStack::new();
+        let mut spares = Spares::new();
+        stack.give(chain_of(3));
+        stack.give(chain_of(3));
+        assert_eq!(LIVE.load(Relaxed), 4, "the giver frees what does not fit");
+        spares.refill(&stack);
+        assert_eq!(spares.list.len, 4);
+        // The writer holds 4 (published): nothing more fits.
+        stack.give(chain_of(2));
+        assert_eq!(LIVE.load(Relaxed), 4);
+        // Two reused: two fit again once the next write publishes it.
+        let a = spares.pop().unwrap();
+        let b = spares.pop().unwrap();
+        spares.refill(&stack);
+        stack.give(chain_of(3));
+        assert_eq!(LIVE.load(Relaxed), 6, "4 kept + the 2 popped");
+        spares.refill(&stack);
+        assert_eq!(spares.list.len, 4);
+        // SAFETY: popped above, ours; freed once.
+        unsafe { [a, b].map(|s| TestShell::free(s)) };
+        let mut all = spares.take_all(&stack);
+        assert_eq!(all.len, 4);
+        all.free();
+        stack.give(chain_of(1));
+        drop(stack);
+        drop(spares);
+        assert_eq!(LIVE.load(Relaxed), 0, "dropping frees every shell");
     }
 }

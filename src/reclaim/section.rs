@@ -1,7 +1,7 @@
 //! Handler read sections: a grace period that async-signal-safe readers can
 //! take part in (no thread-local, no allocation, no lock, bounded).
 //!
-//! A [`lookup`](crate::AddrIndex::lookup) pins nothing, so it can only copy
+//! An `AddrIndex::lookup` pins nothing, so it can only copy
 //! words out of the type-stable range nodes. A signal handler that must read
 //! a module's *value* in place (a trap table, an unwinder) opens a section
 //! first ([`Sections::enter`]): it counts itself into one of two counters of
