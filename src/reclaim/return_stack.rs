@@ -399,8 +399,10 @@ mod tests {
         assert_eq!(LIVE.load(Relaxed), 6, "4 kept + the 2 popped");
         spares.refill(&stack);
         assert_eq!(spares.list.len, 4);
-        // SAFETY: popped above, ours; freed once.
-        unsafe { [a, b].map(|s| TestShell::free(s)) };
+        for s in [a, b] {
+            // SAFETY: popped above, ours; freed once.
+            unsafe { TestShell::free(s) };
+        }
         let mut all = spares.take_all(&stack);
         assert_eq!(all.len, 4);
         all.free();
