@@ -104,7 +104,9 @@ unsafe impl<K, V> Shell for Node<K, V> {
     }
 
     unsafe fn set_next(this: NonNull<Self>, next: *mut Self) {
-        // SAFETY: as in `next`; `next` is null or a shell, allocated.
+        // As in `next`; these links cache no keys (`Links::get`), so
+        // `set_child` only stores `next` (null or a shell).
+        // SAFETY: so the store writes the caller's shell alone.
         unsafe { (*this.as_ptr()).hot.get().set_child(Dir::Left, next) };
     }
 
