@@ -18,7 +18,7 @@
 //! | `garbage.rs` | [`Garbage`]: what a front-end says about one item |
 //! | `limbo.rs` | [`Limbo`]: retired items by period, waiting for the epoch |
 //! | `job.rs` | [`Job`]: the announcement deferred through the epoch, and the flushes that move it |
-//! | `flush.rs` | [`Front`]; [`flush()`], [`synchronize`], [`wait_for_drops`], [`free_shells`] |
+//! | `flush.rs` | [`Front`]; [`flush()`], [`synchronize`], [`wait_for_drops`](flush::wait_for_drops), [`free_shells`] |
 //! | `scope.rs` | [`WriterScope`]: work postponed until a thread holds no writer lock |
 //! | `two_phase.rs` | [`TwoPhase`]: the one two-phase counter |
 //! | `section.rs` | [`Sections`], [`SectionClock`]: handler sections' grace period, on the counter |
@@ -60,7 +60,8 @@
 //!   [`Shell::KEPT`] per front-end; the rest goes back to the allocator.
 //! * **Waiting.** [`synchronize`] waits for the readers that keep items and
 //!   for the drops in flight on other threads ([`DropTicket`]); nothing
-//!   else here ever waits.
+//!   else here waits for a reader or for another thread's drops (writers
+//!   only take a short lock on the due-items buffer they hand back).
 //!
 //! This folder imports only the crate's floor (`sync`, `unwind`) and
 //! crossbeam-epoch: no tree, no front-end.
