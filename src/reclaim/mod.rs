@@ -18,8 +18,8 @@
 //! | `garbage.rs` | [`Garbage`]: what a front-end says about one item |
 //! | `limbo.rs` | [`Limbo`]: retired items by period, waiting for the epoch |
 //! | `job.rs` | [`Job`]: the announcement deferred through the epoch, and the flushes that move it |
-//! | `flush.rs` | [`Front`]; [`flush()`], [`synchronize`], [`wait_for_drops`](flush::wait_for_drops), [`free_shells`] |
-//! | `scope.rs` | [`WriterScope`](scope::WriterScope): work postponed until a thread holds no writer lock |
+//! | `flush.rs` | [`Front`]; [`flush()`], [`synchronize`], [`wait_for_drops`], [`free_shells`] |
+//! | `scope.rs` | [`WriterScope`]: work postponed until a thread holds no writer lock |
 //! | `two_phase.rs` | [`TwoPhase`]: the one two-phase counter |
 //! | `section.rs` | [`Sections`], [`SectionClock`]: handler sections' grace period, on the counter |
 //! | `ticket.rs` | [`Drops`], [`DropTicket`]: the drops in flight, on the counter |
@@ -41,7 +41,7 @@
 //!   announcement: a store to an atomic).
 //! * **Never under a lock.** A write empties what it handed out after its
 //!   own writer lock is released; inside another write (a batch closure of
-//!   another tree, a [`WriterScope`](scope::WriterScope) the objects layer holds) it postpones
+//!   another tree, a [`WriterScope`] the objects layer holds) it postpones
 //!   freeing them, and running its job, until the thread's outermost scope
 //!   ends ([`after_outermost_write`]): no user `Drop`, no deferred
 //!   destructor and no collecting pin runs under a writer lock, on any
@@ -90,7 +90,10 @@ pub(crate) use return_stack::{Shell, Spares};
 // waits for the drops its refreshes handed out.
 pub(crate) use section::Sections;
 pub(crate) use writer::{Pending, Reclaim};
-#[cfg(all(feature = "objects", target_os = "linux", target_pointer_width = "64"))]
+#[cfg_attr(
+    not(all(feature = "objects", target_os = "linux", target_pointer_width = "64")),
+    allow(unused_imports)
+)]
 pub(crate) use {flush::wait_for_drops, scope::WriterScope};
 
 #[cfg(doc)]
