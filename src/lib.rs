@@ -118,7 +118,6 @@ mod latch_tree;
 mod objects;
 mod raw;
 mod reclaim;
-mod section;
 mod stats;
 mod sync;
 mod unwind;
@@ -145,7 +144,7 @@ pub use stats::Stats;
 #[cfg(latchtree_loom)]
 #[doc(hidden)]
 pub mod loom_section {
-    pub use crate::section::{SectionClock, Sections};
+    pub use crate::reclaim::section::{SectionClock, Sections};
 }
 
 /// The README's examples, compiled and run as doctests.

@@ -3,7 +3,7 @@
 //! Every atomic, fence and lock the crate uses comes from here, so that
 //! `RUSTFLAGS="--cfg latchtree_loom"` swaps in loom's model-checked versions everywhere
 //! at once. Nothing else in the crate imports `core::sync::atomic`, except
-//! `reclaim.rs` for what loom has no need (or way) to model: the fences
+//! `reclaim/collector.rs` for what loom has no need (or way) to model: the fences
 //! that work around crossbeam's pin (crossbeam itself is not modelled) and
 //! the `static`s that remember the default collector (loom's atomics
 //! cannot be `static`; the collector is made once for the process).

@@ -15,6 +15,10 @@
 #[cfg(feature = "std")]
 pub(crate) use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 
+/// What a caught panic carries.
+#[cfg(feature = "std")]
+pub(crate) type Payload = std::boxed::Box<dyn core::any::Any + Send + 'static>;
+
 /// Whether this thread is unwinding (always false without `std`, where a
 /// panic never reaches a caller of ours: see the module docs).
 #[inline]
@@ -30,7 +34,7 @@ pub(crate) fn panicking() -> bool {
 }
 
 #[cfg(not(feature = "std"))]
-pub(crate) use no_std::{AssertUnwindSafe, catch_unwind, resume_unwind};
+pub(crate) use no_std::{AssertUnwindSafe, Payload, catch_unwind, resume_unwind};
 
 #[cfg(not(feature = "std"))]
 mod no_std {

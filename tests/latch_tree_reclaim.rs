@@ -1,4 +1,4 @@
-//! Writer-side reclamation of `LatchTree` entries (`src/reclaim.rs`,
+//! Writer-side reclamation of `LatchTree` entries (`src/reclaim/`,
 //! `Limbo`): removed entries are dropped by the tree's own later writes, its
 //! `flush` or its drop, never inside a reader's pin, never under a writer
 //! lock, never while a guard may still see them, exactly once, and not

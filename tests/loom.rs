@@ -6,7 +6,7 @@
 //!
 //! Under `cfg(latchtree_loom)` the crate's atomics, fences and locks are loom's
 //! (`src/sync.rs`), and retired nodes go to a graveyard freed when the tree
-//! drops (`src/reclaim.rs`). crossbeam-epoch is plain code here: readers pin
+//! drops (`src/reclaim/`). crossbeam-epoch is plain code here: readers pin
 //! it as usual, loom does not explore it.
 //!
 //! Every `LatchTree` model uses [`Key`], whose value lives in a loom

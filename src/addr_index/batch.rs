@@ -190,7 +190,7 @@ impl<T> IndexBatch<'_, T> {
         let id = self.w.next_id;
         self.w.next_id += 1;
         let base = meta.base.unwrap_or(segments[0].range.start);
-        let rec = self.w.spare.make(id, value, segments, base, meta.tag);
+        let rec = self.w.make_record(id, value, segments, base, meta.tag);
         self.w.created.push(rec);
         // Flip before rewriting anything readers may stand on (recycled
         // nodes, table 0): see slab.rs.
@@ -304,8 +304,7 @@ impl<T> IndexBatch<'_, T> {
         let o = unsafe { old.as_ref() };
         let rec = self
             .w
-            .spare
-            .make(id.0, value, o.segments.clone(), o.base, tag);
+            .make_record(id.0, value, o.segments.clone(), o.base, tag);
         self.w.created.push(rec);
         self.txn.begin();
         self.index.tables[0].set(id.0, rec, &mut self.w.dirty);

@@ -20,7 +20,6 @@
 //! limbo (removed records, replaced table segments) and the spare capacity of
 //! the side tables.
 
-use super::garbage::Garbage;
 use super::index::AddrIndex;
 use super::record::Record;
 use super::slab::Slab;
@@ -57,14 +56,10 @@ impl<T> AddrIndex<T> {
         // period is over, no reader is left (`&mut self`). Freed below,
         // with no lock held (a value's `Drop` is user code).
         let w = self.tree.state_mut();
-        let mut waiting: Vec<Garbage<T>> = w.limbo.drain().collect();
-        // Due but not handed over (a write that panicked in between).
-        waiting.append(&mut w.due);
-        w.limbo.shrink_to_fit();
+        let waiting = w.pending.take_waiting();
         w.created = Vec::new();
         w.retired = Vec::new();
-        w.due = Vec::new();
-        w.spare.free_all();
+        self.reclaim.take_shells(&mut w.pending).free();
         let live = self.tree.len();
         let w = self.tree.state_mut();
         if w.slab.free_len() > 0 && w.slab.nodes() > Slab::<Record<T>>::fresh_nodes(live) {
@@ -111,7 +106,7 @@ impl<T> AddrIndex<T> {
         for g in waiting {
             // SAFETY: out of every copy, reachable by no reader (`&mut
             // self`), handed out once by the limbo.
-            unsafe { g.free_now() };
+            unsafe { crate::reclaim::free_now(g) };
         }
     }
 }

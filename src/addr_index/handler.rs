@@ -1,12 +1,12 @@
 //! [`HandlerSection`]: reads from a signal handler that borrow a module's
 //! value in place, and [`AddrIndex::synchronize`], which waits for them.
-//! The grace period itself is `crate::section`'s.
+//! The grace period itself is `crate::reclaim`'s (`section.rs`).
 
 use super::index::AddrIndex;
 use super::queries::hit_and_record;
 use super::record::Record;
 use super::types::{Hit, ModuleId};
-use crate::section::Sections;
+use crate::reclaim::Sections;
 use crate::sync::AtomicUsize;
 use core::fmt;
 
@@ -94,7 +94,7 @@ impl<T> HandlerSection<'_, T> {
     unsafe fn record(&self, record: *mut Record<T>) -> &Record<T> {
         // The record was linked in the validated version, read after the
         // section opened; the index frees a record only after every section
-        // open when it was unlinked has closed (`crate::section`), and this
+        // open when it was unlinked has closed (`reclaim/section.rs`), and this
         // one cannot close while `&self` is borrowed.
         // SAFETY: so it is live and immutable for as long as `&self`.
         unsafe { &*record }

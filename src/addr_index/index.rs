@@ -4,15 +4,14 @@
 //! copy, and `Drop`. Reads are `queries.rs`'s, writes `write.rs`'s and
 //! `batch.rs`'s.
 
-use super::garbage::{Garbage, Spare};
+use super::garbage::{Garbage, make_record};
 use super::layout::{Layout, LayoutPolicy};
 use super::record::Record;
 use super::slab::{Node, Slab};
 use super::table::{Dirty, Table};
-use super::types::ModuleId;
+use super::types::{ModuleId, Segments};
 use crate::raw::{RawTree, View};
-use crate::reclaim::{Drops, Limbo, Reclaimer};
-use crate::section::{SectionClock, Sections};
+use crate::reclaim::{Pending, Reclaim, Reclaimer, Sections};
 use crate::sync::{AtomicU64, Ordering};
 use alloc::boxed::Box;
 use alloc::format;
@@ -30,19 +29,27 @@ pub(super) struct Writer<T> {
     pub(super) created: Vec<NonNull<Record<T>>>,
     /// Records the running transaction took out (retired if it commits).
     pub(super) retired: Vec<NonNull<Record<T>>>,
-    /// Records and table segments that left every copy, waiting for their
-    /// grace period.
-    pub(super) limbo: Limbo<Garbage<T>>,
-    /// The handler sections' grace period (`crate::section`).
-    pub(super) clock: SectionClock,
-    /// Due drops in flight after a write's lock (`synchronize` waits).
-    pub(super) drops: Drops,
-    /// Recycled record memory (`garbage.rs`).
-    pub(super) spare: Spare<T>,
-    /// The buffer the next write collects its due items in (`write.rs`).
-    pub(super) due: Vec<Garbage<T>>,
+    /// Reclamation's part (`crate::reclaim`): the records and table
+    /// segments that left every copy, waiting for their grace period (the
+    /// epoch's and the handler sections'), and recycled record memory.
+    pub(super) pending: Pending<Garbage<T>>,
     /// The rebuild into fresh memory running, if any (`layout.rs`).
     pub(super) layout: Layout<T>,
+}
+
+impl<T> Writer<T> {
+    /// A new record, in recycled memory if some is ready (`garbage.rs`),
+    /// owned by the index from now on.
+    pub(super) fn make_record(
+        &mut self,
+        id: u64,
+        value: T,
+        segments: Segments,
+        base: u64,
+        tag: u64,
+    ) -> NonNull<Record<T>> {
+        make_record(self.pending.shells(), id, value, segments, base, tag)
+    }
 }
 
 /// An address-range index: non-overlapping `[start, end)` ranges of `u64`
@@ -252,7 +259,9 @@ pub struct AddrIndex<T> {
     pub(super) bounds: [CopyBounds; 2],
     /// Per copy: id → record (`table.rs`).
     pub(super) tables: [Table<T>; 2],
-    pub(super) reclaim: Reclaimer,
+    /// Which collector guards pin, and what the drops after a write's lock
+    /// hand back (`crate::reclaim`).
+    pub(super) reclaim: Reclaim<Garbage<T>>,
     /// Open handler sections, which keep removed records alive.
     pub(super) sections: Sections,
 }
@@ -298,11 +307,7 @@ impl<T> AddrIndex<T> {
                     dirty: Dirty::new(),
                     created: Vec::new(),
                     retired: Vec::new(),
-                    limbo: Limbo::new(),
-                    clock: SectionClock::new(),
-                    drops: Drops::new(),
-                    spare: Spare::new(),
-                    due: Vec::new(),
+                    pending: Pending::new(),
                     layout: Layout::new(policy),
                 },
                     // Large trees move into fresh memory instead (`layout/`).
@@ -313,7 +318,7 @@ impl<T> AddrIndex<T> {
                     CopyBounds([AtomicU64::new(u64::MAX), AtomicU64::new(0)]),
                 ],
                 tables: [Table::new(), Table::new()],
-                reclaim: Reclaimer::global(),
+                reclaim: Reclaim::new(Reclaimer::global()),
                 sections: Sections::new(),
             }
         }
@@ -406,37 +411,21 @@ impl<T> Drop for AddrIndex<T> {
     /// already unwinding: a second panic would abort).
     fn drop(&mut self) {
         // Removed records and replaced segments still waiting for their grace
-        // period (no reader is left: `&mut self`). A write that changes
-        // nothing, for the writer state.
-        let mut waiting = Vec::new();
-        self.tree.write(
-            |_, w| waiting.extend(w.limbo.drain()),
-            |_, _, _| {},
-            |_, _| {},
-        );
-        for g in waiting {
+        // period (no reader is left: `&mut self`).
+        for g in self.tree.state_mut().pending.take_waiting() {
             // SAFETY: out of every copy, reachable by no reader (`&mut
             // self`), handed out once by the limbo.
-            unsafe { g.free_now() };
+            unsafe { crate::reclaim::free_now(g) };
         }
         let mut records = Vec::new();
         self.tables[0].records(|r| records.push(r));
         for t in &mut self.tables {
             t.free();
         }
-        let mut panic = None;
-        for r in records {
-            let r = crate::unwind::catch_unwind(crate::unwind::AssertUnwindSafe(|| {
-                // SAFETY: a live record is owned by the index alone (readers
-                // are gone: `&mut self`), and appears once in table 0.
-                drop(unsafe { Box::from_raw(r) })
-            }));
-            if let Err(p) = r {
-                panic.get_or_insert(p);
-            }
-        }
-        if let Some(p) = panic.filter(|_| !crate::unwind::panicking()) {
-            crate::unwind::resume_unwind(p);
-        }
+        crate::reclaim::drop_all(records, |r| {
+            // SAFETY: a live record is owned by the index alone (readers
+            // are gone: `&mut self`), and appears once in table 0.
+            drop(unsafe { Box::from_raw(r) })
+        });
     }
 }

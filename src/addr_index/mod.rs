@@ -6,7 +6,9 @@
 //! * `types.rs`, `error.rs`: the public plain types;
 //! * `record.rs`: module records;
 //! * `table.rs`: the per-copy module table (id → record);
-//! * `garbage.rs`: what the index's limbo holds (records, table segments);
+//! * `garbage.rs`: what the index's writes retire (records, table
+//!   segments), and how reclamation (`crate::reclaim`) empties and recycles
+//!   them;
 //! * `module.rs`: what a caller gets of a record ([`ModuleRef`],
 //!   [`Removed`]);
 //! * `slab.rs`: the type-stable range nodes (range, id, base, tag, flags);
@@ -17,8 +19,8 @@
 //! * `queries.rs`: every read;
 //! * `handler.rs`: reads from a signal handler ([`HandlerSection`]);
 //! * `batch.rs`: the operations inside a write ([`IndexBatch`]);
-//! * `write.rs`: every write, as one transaction, and the limbo's part of
-//!   it (what a write drops, and when);
+//! * `write.rs`: every write, as one transaction through reclamation's
+//!   (`crate::reclaim`: what a write drops, and when);
 //! * `compact.rs`: giving memory back (`shrink_to_fit`, `&mut self`);
 //! * `check.rs`: the invariant checker.
 //!

@@ -6,9 +6,9 @@
 //! new record. Records are heap boxes; pinned readers reach them from a range
 //! node's `module` word or from the module table, and a record is retired
 //! into the index's limbo only after it left both copies of both; once its
-//! grace period passed (`reclaim::Limbo`) its memory, and its value's when
+//! grace period passed (`crate::reclaim`) its memory, and its value's when
 //! the index held the last reference, is recycled for a later record
-//! (`garbage.rs`, `Spare::make`) or freed.
+//! (`garbage.rs`, `make_record`) or freed.
 
 use super::types::Segments;
 use alloc::boxed::Box;

@@ -12,9 +12,9 @@
 //! * a rejected value goes back to the caller in an [`InsertError`];
 //! * a record taken out by a committed transaction (remove, set_value) is
 //!   moved out of the writer state once it left both copies (the `release`
-//!   hook, after the second flip) into the index's limbo
-//!   (`reclaim::Limbo`), which hands it out once its grace period passed, to
-//!   be dropped by a later write after its lock is released (`Reclaiming`);
+//!   hook, after the second flip) and retired into reclamation's limbo
+//!   (`crate::reclaim`), which hands it out once its grace period passed, to
+//!   be dropped by a later write after its lock is released;
 //! * a record made by a transaction that rolls back goes the same way (no
 //!   reader ever validated a read of it, but the limbo is the one place
 //!   that drops outside the lock, also while unwinding);
@@ -23,16 +23,14 @@
 
 use super::batch::{IndexBatch, prepare};
 use super::error::InsertError;
-use super::garbage::{Garbage, Pool};
+use super::garbage::Garbage;
 use super::index::{AddrIndex, Ending, Writer};
 use super::module::Removed;
 use super::slab::Node;
 use super::table::Dirty;
 use super::types::{ModuleId, ModuleMeta, Segment};
 use crate::raw::Txn;
-use crate::reclaim::{DropTicket, JobSlot, WriterScope};
-use alloc::sync::Arc;
-use alloc::vec::Vec;
+use crate::reclaim::{Front, Pending, Reclaim};
 use core::cell::Cell;
 use core::ops::Range;
 
@@ -40,100 +38,25 @@ use core::ops::Range;
 /// between writes.
 const RECORDS_KEPT: usize = 16;
 
-/// After a write's lock: what the limbo handed out as due, and its job
-/// (dropped after the writer lock is released, also while unwinding).
-struct Reclaiming<'a, T: 'static> {
-    index: &'a AddrIndex<T>,
-    due: Vec<Garbage<T>>,
-    /// Taken under the lock with the due items, dropped after them: what a
-    /// `synchronize` on another thread waits for (`reclaim::Drops`).
-    ticket: Option<DropTicket>,
-    /// Where the due records' memory goes (with them).
-    pool: Option<Arc<Pool<T>>>,
-    job: JobSlot,
-}
-
-impl<T: 'static> Drop for Reclaiming<'_, T> {
-    fn drop(&mut self) {
-        let due = core::mem::take(&mut self.due);
-        // Due items always come with their ticket (`transact`).
-        debug_assert!(self.ticket.is_some() || due.is_empty());
-        if let Some(ticket) = self.ticket.take() {
-            let pool = self.pool.take().expect("due items come with their pool");
-            ticket.run_after(move || {
-                let mut due = due;
-                for g in due.drain(..) {
-                    // SAFETY: handed out by the limbo once, its grace period passed.
-                    unsafe { g.free(&pool) };
-                }
-                pool.return_due_buffer(due);
-            });
-        }
-        if let Some(job) = self.job.take() {
-            job.run(&self.index.reclaim);
-        }
-    }
-}
-
 impl<T: 'static> AddrIndex<T> {
-    /// Runs `body` as a transaction, with the limbo's part of it: hands out
-    /// what became due (and takes the tables' replaced segments in) before
-    /// `body`, retires the records the transaction released after its last
-    /// flip, and once the writer lock is released drops what was due and
-    /// runs the limbo's job ([`Reclaiming`]). Also returns whether anything
-    /// was due.
+    /// Runs `body` as a transaction of the index, with reclamation's part
+    /// of it (`reclaim::Reclaim::transact`): what became due (past the
+    /// epoch's and the handler sections' grace periods) is handed out
+    /// before `body` and dropped after the lock; the tables' replaced
+    /// segments, and the records the transaction released after its last
+    /// flip, are retired.
     pub(super) fn transact<R>(
         &self,
         body: impl for<'b> FnOnce(&'b mut Txn<'b, Node<T>>, &'b mut Writer<T>, &Cell<Ending>) -> R,
-    ) -> (R, bool) {
-        // Dropped after the scope below ends, so after the writer lock is
-        // released, also when unwinding.
-        let mut reclaiming = Reclaiming {
-            index: self,
-            due: Vec::new(),
-            ticket: None,
-            pool: None,
-            job: JobSlot::default(),
-        };
-        let r = {
-            // From before the lock until after it: a deferred destructor that
-            // a pin inside the body (a guarded read in a batch) would run
-            // under the lock is postponed until the scope ends
-            // (`reclaim::WriterScope`).
-            let _scope = WriterScope::enter();
+    ) -> R {
+        self.reclaim.transact(|tx| {
             let end = Cell::new(Ending::Rollback);
-            let Reclaiming {
-                due,
-                ticket,
-                pool,
-                job,
-                ..
-            } = &mut reclaiming;
-            // The body and the release hook share the job through the cell.
-            let job = &*job;
             self.tree.write(
                 |txn, w| {
-                    let mut j = None;
-                    // Sections are polled only for items the epoch already
-                    // let go (never under loom, where it keeps everything:
-                    // the models stay as small as before).
-                    let waiting = w.limbo.epoch_due();
-                    let period = w.limbo.next_period();
-                    let sections = w.clock.poll(&self.sections, period, waiting);
-                    // Into the writer's buffer, handed on with the items if
-                    // any are due (and back by the drops): no allocation once
-                    // warm.
-                    w.limbo.begin(sections, |g| w.due.push(g), &mut j);
-                    if !w.due.is_empty() {
-                        *ticket = Some(w.drops.ticket());
-                        let p = w.spare.pool();
-                        *due = core::mem::replace(&mut w.due, p.due_buffer());
-                        *pool = Some(p);
-                    }
+                    tx.begin(&mut w.pending, Some(&self.sections));
                     for t in &self.tables {
-                        t.take_replaced(|a| w.limbo.retire(Garbage::Array(a), &mut j));
+                        t.take_replaced(|a| tx.retire(&mut w.pending, Garbage::Array(a)));
                     }
-                    job.start_with(j);
                     body(txn, w, &end)
                 },
                 |copy, first, last| self.publish(copy, first, last, end.get()),
@@ -147,17 +70,25 @@ impl<T: 'static> AddrIndex<T> {
                         Ending::Commit(_) => &mut w.retired,
                         Ending::Rollback => &mut w.created,
                     };
-                    if !records.is_empty() {
-                        job.with(|j| {
-                            for rec in records.drain(..) {
-                                w.limbo.retire(Garbage::Record(rec), j);
-                            }
-                        });
+                    for rec in records.drain(..) {
+                        tx.retire(&mut w.pending, Garbage::Record(rec));
                     }
                 },
             )
-        };
-        (r, !reclaiming.due.is_empty())
+        })
+    }
+}
+
+impl<T: 'static> Front for AddrIndex<T> {
+    type Garbage = Garbage<T>;
+
+    fn reclaim(&self) -> &Reclaim<Garbage<T>> {
+        &self.reclaim
+    }
+
+    fn empty_write<R>(&self, f: impl FnOnce(&mut Pending<Garbage<T>>) -> R) -> R {
+        // A write that changes nothing (no flip, not counted).
+        self.transact(|_, w, _| f(&mut w.pending))
     }
 }
 
@@ -216,7 +147,6 @@ impl<T: Send + Sync + 'static> AddrIndex<T> {
             w.created.clear();
             r
         })
-        .0
     }
 
     /// Drops what earlier writes removed (the index's reference to each
@@ -249,12 +179,7 @@ impl<T: Send + Sync + 'static> AddrIndex<T> {
     /// assert_eq!(Arc::strong_count(&value), 1, "the index let go of its value");
     /// ```
     pub fn flush(&self) {
-        crate::reclaim::flush_limbo(&self.reclaim, || {
-            // A write that changes nothing (no flip, not counted).
-            let ((job, left), freed) =
-                self.transact(|_, w, _| (w.limbo.job(true), !w.limbo.is_empty()));
-            crate::reclaim::FlushRound { job, left, freed }
-        });
+        crate::reclaim::flush(self);
     }
 
     /// Waits until the index has let go of every value removed or replaced
@@ -308,35 +233,24 @@ impl<T: Send + Sync + 'static> AddrIndex<T> {
     /// ```
     pub fn synchronize(&self) {
         // The layout work writes do a slice at a time, finished: a tree
-        // being moved, trees a move replaced, a compaction of a sparse slab
-        // (`layout/`); each adoption needs one more write to give the old
-        // tree back.
+        // being moved, trees a move replaced, a defragmentation of a sparse
+        // slab (`layout/`); each needs one more write to give back what it
+        // replaced.
         for _ in 0..4 {
             if !self.write(|b| b.finish_layout()) {
                 break;
             }
         }
-        let (before, _) = self.transact(|_, w, _| w.limbo.next_period());
-        loop {
-            self.flush();
-            let (oldest, _) = self.transact(|_, w, _| w.limbo.oldest());
-            if oldest.is_none_or(|p| p >= before) {
-                break;
-            }
-            crate::sync::wait_hint();
-        }
-        self.wait_for_drops();
+        crate::reclaim::synchronize(self);
     }
 
     /// Waits until the drops that writes (on any thread) took out of the
     /// limbo before the call have run: what was removed before and is no
-    /// longer waiting is then gone (issue 25, 1; `reclaim::Drops`). Never
-    /// waits for a reader.
+    /// longer waiting is then gone (`reclaim::wait_for_drops`). Never waits
+    /// for a reader. (For `LoadedObjects`.)
+    #[cfg(all(feature = "objects", target_os = "linux", target_pointer_width = "64"))]
     pub(crate) fn wait_for_drops(&self) {
-        let (phases, _) = self.transact(|_, w, _| w.drops.phases());
-        if let Some(phases) = phases {
-            phases.wait_for_drops(|| self.transact(|_, w, _| w.drops.flip()).0);
-        }
+        crate::reclaim::wait_for_drops(self);
     }
 
     /// Relinks the index's ranges into a perfectly balanced tree now, as one

@@ -18,11 +18,9 @@ pub use bulk::UnsortedInput;
 pub use iter::{Iter, Keys, Range, Values};
 
 use crate::raw::{Cursor, Dir, LinkRef, Linked, Links, RawTree, View};
-use crate::reclaim::{Limbo, Reclaimer};
+use crate::reclaim::{Garbage, Pending, Reclaim, Reclaimer, Shell, Spares, contain, drop_all};
 use crate::stats::Stats;
-use crate::sync::AtomicPtr;
 use alloc::boxed::Box;
-use alloc::vec::Vec;
 use core::borrow::Borrow;
 use core::cmp::Ordering;
 use core::fmt;
@@ -37,7 +35,7 @@ use crossbeam_epoch::{Collector, Guard};
 /// bytes, so that span never straddles a cache line, sends every allocation
 /// through glibc's slow `posix_memalign` and measured no better overall.)
 #[repr(C)]
-struct Node<K, V> {
+pub(crate) struct Node<K, V> {
     hot: Links<Node<K, V>>,
     key: K,
     cold: Links<Node<K, V>>,
@@ -68,60 +66,67 @@ impl<K, V> Node<K, V> {
         });
         NonNull::from(Box::leak(b))
     }
+}
 
-    /// Drops the key and value of `node` in place, leaving a *shell*: its
-    /// allocation, to be reused by [`Shells::alloc`] or freed by
-    /// [`Node::free_shell`]. A panic from either `Drop` is caught and
-    /// counted ([`swallowed_drop_panics`](crate::swallowed_drop_panics)):
-    /// it belongs to an entry removed by an earlier write.
-    ///
-    /// # Safety
-    /// `node` came from [`Node::alloc`] or [`Shells::alloc`], holds a key and
-    /// value, and no reader can reach it any more (its grace period passed).
-    unsafe fn drop_entry(node: NonNull<Self>) {
-        let p = node.as_ptr();
-        let key = crate::unwind::catch_unwind(crate::unwind::AssertUnwindSafe(|| {
-            // SAFETY: the caller hands over the only access to a node whose
-            // key and value are initialized; the key is dropped once.
-            unsafe { ptr::drop_in_place(&raw mut (*p).key) }
-        }));
-        // A panic in the key's `Drop` still lets the value's run.
-        let value = crate::unwind::catch_unwind(crate::unwind::AssertUnwindSafe(|| {
-            // SAFETY: as above, for the value.
-            unsafe { ptr::drop_in_place(&raw mut (*p).value) }
-        }));
-        for r in [key, value] {
-            if r.is_err() {
-                crate::reclaim::count_swallowed_drop_panic();
-            }
-        }
-    }
+// A removed node is emptied in place (its key and value dropped), and its
+// allocation, a *shell*, is reused by a later insert ([`Shells::alloc`]).
+impl<K, V> Garbage for NonNull<Node<K, V>> {
+    type Shell = Node<K, V>;
+    const TICKETS: bool = false;
 
-    /// Frees a shell (a node whose key and value were dropped).
-    ///
-    /// # Safety
-    /// `shell` came from [`Node::alloc`] or [`Shells::alloc`], its key and
-    /// value were dropped, no reader can reach it, and it is not used again.
-    unsafe fn free_shell(shell: NonNull<Self>) {
-        // `MaybeUninit<Node>` has `Node`'s layout; dropping the box frees
-        // the allocation without dropping the (gone) key and value.
-        // SAFETY: caller; the allocation is a `Box<Node<K, V>>`'s.
-        drop(unsafe { Box::from_raw(shell.as_ptr().cast::<core::mem::MaybeUninit<Self>>()) });
+    /// Drops the key and value in place, each `Drop` contained (a panic in
+    /// the key's still lets the value's run), leaving the node's
+    /// allocation as a shell.
+    unsafe fn empty(self) -> Option<NonNull<Node<K, V>>> {
+        let p = self.as_ptr();
+        // The caller hands over the only access to a node whose key and
+        // value are initialized (its grace period passed); each is dropped
+        // once.
+        // SAFETY: so dropping the key in place is sound.
+        contain(|| unsafe { ptr::drop_in_place(&raw mut (*p).key) });
+        // SAFETY: as above, for the value.
+        contain(|| unsafe { ptr::drop_in_place(&raw mut (*p).value) });
+        Some(self)
     }
 }
 
-/// The most shells a tree keeps for reuse (beyond these, they are freed).
-const SHELLS_KEPT: usize = 64;
+// SAFETY: a shell's copy-0 left link is read by no reader (its grace
+// period passed) and by nothing else while it is in a chain or on a return
+// stack, and `free` only frees the allocation (its key and value are gone).
+unsafe impl<K, V> Shell for Node<K, V> {
+    /// Enough for a write's worth of churn; more go back to the allocator.
+    const KEPT: usize = 64;
 
-/// Node shells ready for reuse, under the writer lock: nodes whose grace
-/// period passed and whose key and value were dropped.
-struct Shells<K, V>(Vec<NonNull<Node<K, V>>>);
+    unsafe fn next(this: NonNull<Self>) -> *mut Self {
+        // SAFETY: the caller holds the shell, allocated; only its `hot`
+        // links are referenced (its key and value are gone).
+        unsafe { &(*this.as_ptr()).hot }.get().load_child(Dir::Left)
+    }
+
+    unsafe fn set_next(this: NonNull<Self>, next: *mut Self) {
+        // As in `next`; these links cache no keys (`Links::get`), so
+        // `set_child` only stores `next` (null or a shell).
+        // SAFETY: so the store writes the caller's shell alone.
+        unsafe { (*this.as_ptr()).hot.get().set_child(Dir::Left, next) };
+    }
+
+    unsafe fn free(this: NonNull<Self>) {
+        // `MaybeUninit<Node>` has `Node`'s layout; dropping the box frees
+        // the allocation without dropping the (gone) key and value.
+        // SAFETY: the caller hands over a shell of a `Box<Node<K, V>>`'s
+        // allocation, freed once.
+        drop(unsafe { Box::from_raw(this.as_ptr().cast::<core::mem::MaybeUninit<Self>>()) });
+    }
+}
+
+/// Shells ready for reuse by a write's inserts (under the writer lock).
+type Shells<K, V> = Spares<Node<K, V>>;
 
 impl<K, V> Shells<K, V> {
     /// An unlinked node holding `key` and `value`: a recycled shell if one
     /// is ready, else a fresh allocation.
     fn alloc(&mut self, key: K, value: V) -> NonNull<Node<K, V>> {
-        let Some(shell) = self.0.pop() else {
+        let Some(shell) = self.pop() else {
             return Node::alloc(key, value);
         };
         let node = Node {
@@ -137,58 +142,10 @@ impl<K, V> Shells<K, V> {
         unsafe { shell.as_ptr().write(node) };
         shell
     }
-
-    /// Frees every shell (no user code: their keys and values are gone).
-    fn free(self) {
-        for shell in self.0 {
-            // SAFETY: shells are owned by this list alone and freed once.
-            unsafe { Node::free_shell(shell) };
-        }
-    }
-
-    /// Takes the shells on `returned` (pushed there by [`Reclaiming`]),
-    /// keeping up to [`SHELLS_KEPT`].
-    fn take_returned(&mut self, returned: &AtomicPtr<Node<K, V>>) {
-        // Relaxed pre-check: the common case is an empty list.
-        if returned.load(crate::sync::Ordering::Relaxed).is_null() {
-            return;
-        }
-        // Acquire: pairs with the Release CAS in `Reclaiming::drop`, so the
-        // shells' `next` links (and the drops of their keys and values) are
-        // visible here.
-        let mut next = returned.swap(ptr::null_mut(), crate::sync::Ordering::Acquire);
-        while let Some(shell) = NonNull::new(next) {
-            // SAFETY: taking the list made this writer the only owner of
-            // its shells, which stay allocated until freed below or reused.
-            next = unsafe { shell.as_ref() }.hot.get().load_child(Dir::Left);
-            if self.0.len() < SHELLS_KEPT {
-                self.0.push(shell);
-            } else {
-                // SAFETY: a shell nobody else holds, freed once (no user
-                // code: its key and value are gone).
-                unsafe { Node::free_shell(shell) };
-            }
-        }
-    }
 }
 
-/// The writer-only state, under the writer lock.
-struct Writer<K, V> {
-    /// Released nodes waiting for their grace period.
-    limbo: Limbo<NonNull<Node<K, V>>>,
-    shells: Shells<K, V>,
-}
-
-impl<K, V> Writer<K, V> {
-    crate::sync::const_fn_unless_loom! {
-        fn new() -> Self {
-            Writer {
-                limbo: Limbo::new(),
-                shells: Shells(Vec::new()),
-            }
-        }
-    }
-}
+/// The writer-only state, under the writer lock: reclamation's part.
+type Writer<K, V> = Pending<NonNull<Node<K, V>>>;
 
 /// A concurrent ordered map whose readers never block: a red-black tree kept
 /// twice behind a seqcount latch.
@@ -276,11 +233,7 @@ impl<K, V> Writer<K, V> {
 /// once the iterator is dropped. Write `for (k, v) in tree.iter(&guard)`.
 pub struct LatchTree<K, V> {
     raw: RawTree<Node<K, V>, Writer<K, V>>,
-    reclaim: Reclaimer,
-    /// Shells freed after a write's lock, waiting for the next write to
-    /// take them (a push-only list linked through `hot`'s left link, taken
-    /// whole under the writer lock; see [`Shells::take_returned`]).
-    returned: AtomicPtr<Node<K, V>>,
+    reclaim: Reclaim<NonNull<Node<K, V>>>,
     /// The tree owns its keys and values.
     _owns: PhantomData<Box<Node<K, V>>>,
 }
@@ -305,8 +258,7 @@ impl<K, V> LatchTree<K, V> {
         pub fn new() -> Self {
             LatchTree {
                 raw: RawTree::new(Writer::new(), usize::MAX),
-                reclaim: Reclaimer::global(),
-                returned: AtomicPtr::new(ptr::null_mut()),
+                reclaim: Reclaim::new(Reclaimer::global()),
                 _owns: PhantomData,
             }
         }
@@ -340,8 +292,7 @@ impl<K, V> LatchTree<K, V> {
     fn with_reclaimer(reclaim: Reclaimer) -> Self {
         LatchTree {
             raw: RawTree::new(Writer::new(), usize::MAX),
-            reclaim,
-            returned: AtomicPtr::new(ptr::null_mut()),
+            reclaim: Reclaim::new(reclaim),
             _owns: PhantomData,
         }
     }
@@ -495,29 +446,16 @@ fn entry<K, V>(n: &Node<K, V>) -> (&K, &V) {
 
 impl<K, V> Drop for LatchTree<K, V> {
     /// Drops every entry, and every removed one still waiting for its grace
-    /// period (no reader is left: `&mut self`); frees the shells. A panic
-    /// from a removed entry's `Drop` is counted, as during reclamation by a
-    /// write; the first from a live entry's is resumed (see the type docs).
+    /// period (no reader is left: `&mut self`); the shells kept for reuse
+    /// go with the fields. A panic from a removed entry's `Drop` is counted,
+    /// as during reclamation by a write; the first from a live entry's is
+    /// resumed (see the type docs).
     fn drop(&mut self) {
-        let mut waiting = Vec::new();
-        let mut shells = Shells(Vec::new());
-        // A write that changes nothing, for the writer state.
-        self.raw.write(
-            |_, w| {
-                waiting.extend(w.limbo.drain());
-                shells.0.append(&mut w.shells.0);
-            },
-            |_, _, _| {},
-            |_, _| {},
-        );
-        for node in waiting {
+        for node in self.raw.state_mut().take_waiting() {
             // SAFETY: a removed node, out of both copies, with its key and
             // value, reachable by no reader (`&mut self`), handed out once.
-            unsafe { Node::drop_entry(node) };
-            shells.0.push(node);
+            unsafe { crate::reclaim::free_now(node) };
         }
-        shells.take_returned(&self.returned);
-        shells.free();
         free_nodes(self.raw.drain_nodes());
     }
 }
@@ -527,26 +465,13 @@ impl<K, V> Drop for LatchTree<K, V> {
 /// first panic is then resumed, or counted if the thread is already
 /// unwinding (resuming would abort the process).
 fn free_nodes<K, V>(nodes: impl IntoIterator<Item = NonNull<Node<K, V>>>) {
-    let mut panic = None;
-    for node in nodes {
-        let r = crate::unwind::catch_unwind(crate::unwind::AssertUnwindSafe(|| {
-            // The caller hands over nodes that came from `Node::alloc` or `Shells::alloc` (a
-            // `Box<Node>`'s allocation, holding a key and value), are reachable by no reader and
-            // are freed once.
-            // SAFETY: so each is a live `Box<Node>`, unreachable, freed once.
-            drop(unsafe { Box::from_raw(node.as_ptr()) });
-        }));
-        if let Err(p) = r {
-            if panic.is_some() || crate::unwind::panicking() {
-                crate::reclaim::count_swallowed_drop_panic();
-            } else {
-                panic = Some(p);
-            }
-        }
-    }
-    if let Some(p) = panic {
-        crate::unwind::resume_unwind(p);
-    }
+    drop_all(nodes, |node| {
+        // The caller hands over nodes that came from `Node::alloc` or `Shells::alloc` (a
+        // `Box<Node>`'s allocation, holding a key and value), are reachable by no reader and
+        // are freed once.
+        // SAFETY: so each is a live `Box<Node>`, unreachable, freed once.
+        drop(unsafe { Box::from_raw(node.as_ptr()) });
+    });
 }
 
 impl<K, V> Default for LatchTree<K, V> {

@@ -3,15 +3,15 @@
 //! No user code runs under the writer lock except `K`'s `Ord`: closures
 //! (`get_or_insert_with`'s `f`, `retain`'s predicate) run before the write,
 //! a rejected value is handed back out of it, and entries that leave the
-//! tree wait in the writer's limbo (`reclaim::Limbo`) until their grace
-//! period passed; a later write drops them after its lock is released
-//! ([`Reclaiming`]), and recycles their nodes.
+//! tree are retired into reclamation's limbo until their grace period
+//! passed; a later write drops them after its lock is released, and
+//! recycles their nodes (`crate::reclaim`, through [`LatchTree::transact`]).
 
-use super::{Batch, LatchTree, Node, Shells, Writer, entry};
+use super::{Batch, LatchTree, Node, Writer, entry};
 use crate::raw::{Dir, Txn};
-use crate::reclaim::{JobSlot, WriterScope, in_writer_scope, postpone_drop};
+use crate::reclaim::{Front, Reclaim};
 use core::borrow::Borrow;
-use core::ptr::{self, NonNull};
+use core::ptr::NonNull;
 use crossbeam_epoch::Guard;
 
 impl<K: Ord + Send + 'static, V: Send + 'static> LatchTree<K, V> {
@@ -244,46 +244,27 @@ impl<K: Ord + Send + 'static, V: Send + 'static> LatchTree<K, V> {
     /// assert_eq!(counters.get("hits", &latchtree::pin()), Some(&1));
     /// ```
     pub fn write<R>(&self, f: impl FnOnce(&mut Batch<'_, K, V>) -> R) -> R {
-        self.transact(|txn, w| {
-            w.shells.take_returned(&self.returned);
-            f(&mut Batch::new(txn, &mut w.shells))
-        })
-        .0
+        self.transact(|txn, w| f(&mut Batch::new(txn, w.shells())))
     }
 
-    /// Runs `body` as a transaction, with the limbo's part of it: hands out
-    /// what became due before `body`, retires what the transaction releases,
-    /// and, once the writer lock is released, drops the due entries
-    /// (postponed if this write is nested in another's scope) and runs the
-    /// limbo's job ([`Reclaiming`]). Also returns whether anything was due.
+    /// Runs `body` as a transaction of the tree, with reclamation's part of
+    /// it (`reclaim::Reclaim::transact`): what became due is handed out
+    /// before `body` and dropped after the lock, and what the transaction
+    /// releases is retired.
     fn transact<R>(
         &self,
         body: impl for<'b> FnOnce(&'b mut Txn<'b, Node<K, V>>, &'b mut Writer<K, V>) -> R,
-    ) -> (R, bool) {
-        // Dropped after the scope below ends, so after the writer lock is
-        // released, also when unwinding.
-        let mut reclaiming = Reclaiming {
-            tree: self,
-            due: ptr::null_mut(),
-            job: JobSlot::default(),
-        };
-        let r = {
-            let _scope = WriterScope::enter();
-            let Reclaiming { due, job, .. } = &mut reclaiming;
-            // Both the body and the release hook may set the job: they share
-            // it through the cell, which `reclaiming` owns (so the job runs
-            // even if the body panics).
-            let job = &*job;
+    ) -> R {
+        self.reclaim.transact(|tx| {
             self.raw.write(
                 |txn, w| {
-                    job.with(|j| w.limbo.begin(u64::MAX, |node| push_due(due, node), j));
+                    tx.begin(w, None);
                     body(txn, w)
                 },
                 |_, _, _| {},
-                |w, node| job.with(|j| w.limbo.retire(node, j)),
+                |w, node| tx.retire(w, node),
             )
-        };
-        (r, !reclaiming.due.is_null())
+        })
     }
 
     /// Frees what earlier writes removed and no reader can see any more
@@ -316,17 +297,23 @@ impl<K: Ord + Send + 'static, V: Send + 'static> LatchTree<K, V> {
     /// assert_eq!(Arc::strong_count(&value), 1, "the removed value was dropped");
     /// ```
     pub fn flush(&self) {
-        crate::reclaim::flush_limbo(&self.reclaim, || {
-            // A write that changes nothing (no flip, not counted).
-            let ((job, left), freed) =
-                self.transact(|_, w| (w.limbo.job(true), !w.limbo.is_empty()));
-            crate::reclaim::FlushRound { job, left, freed }
-        });
-        // Returns memory too (round-2 review, F3): the shells kept for reuse
-        // and those the rounds above returned go back to the allocator.
-        let (mut shells, _) = self.transact(|_, w| Shells(core::mem::take(&mut w.shells.0)));
-        shells.take_returned(&self.returned);
-        shells.free();
+        crate::reclaim::flush(self);
+        // Memory too: the shells kept for reuse, and those the rounds above
+        // gave back, go back to the allocator.
+        crate::reclaim::free_shells(self);
+    }
+}
+
+impl<K: Ord + Send + 'static, V: Send + 'static> Front for LatchTree<K, V> {
+    type Garbage = NonNull<Node<K, V>>;
+
+    fn reclaim(&self) -> &Reclaim<NonNull<Node<K, V>>> {
+        &self.reclaim
+    }
+
+    fn empty_write<R>(&self, f: impl FnOnce(&mut Writer<K, V>) -> R) -> R {
+        // A write that changes nothing (no flip, not counted).
+        self.transact(|_, w| f(w))
     }
 }
 
@@ -342,81 +329,4 @@ impl<K: Ord + Send + 'static, V: Send + 'static> LatchTree<K, V> {
 unsafe fn removed<K, V>(node: NonNull<Node<K, V>>, _guard: &Guard) -> &Node<K, V> {
     // SAFETY: caller.
     unsafe { node.as_ref() }
-}
-
-/// Links `node` (handed out by the limbo: no reader can reach it) in front
-/// of the chain `due`, through its `hot` left link, which nothing else reads
-/// any more.
-fn push_due<K, V>(due: &mut *mut Node<K, V>, node: NonNull<Node<K, V>>) {
-    // SAFETY: `node` is allocated and ours alone (see above); `*due` is null
-    // or a node of the chain, allocated.
-    unsafe { node.as_ref().hot.get().set_child(Dir::Left, *due) };
-    *due = node.as_ptr();
-}
-
-/// After a write's lock: the nodes the limbo handed out as due (a chain, see
-/// [`push_due`]), and its job.
-struct Reclaiming<'a, K, V> {
-    tree: &'a LatchTree<K, V>,
-    due: *mut Node<K, V>,
-    job: JobSlot,
-}
-
-impl<K, V> Drop for Reclaiming<'_, K, V> {
-    fn drop(&mut self) {
-        if !self.due.is_null() {
-            let nested = in_writer_scope();
-            let mut next = core::mem::replace(&mut self.due, ptr::null_mut());
-            let mut shells = (ptr::null_mut(), None);
-            while let Some(node) = NonNull::new(next) {
-                // SAFETY: a due node is allocated and ours alone (its grace
-                // period passed); read before it is handed on.
-                next = unsafe { node.as_ref() }.hot.get().load_child(Dir::Left);
-                if nested {
-                    // Inside another write (its batch closure): no user
-                    // `Drop` under its lock; freed whole once its scope ends.
-                    // SAFETY: a `Box<Node>`'s allocation holding a key and
-                    // value, unreachable, handed over once.
-                    unsafe { postpone_drop(node) };
-                } else {
-                    // SAFETY: as above.
-                    unsafe { Node::drop_entry(node) };
-                    push_due(&mut shells.0, node);
-                    shells.1.get_or_insert(node);
-                }
-            }
-            if let (chain, Some(last)) = shells {
-                self.return_shells(chain, last);
-            }
-        }
-        if let Some(job) = self.job.take() {
-            job.run(&self.tree.reclaim);
-        }
-    }
-}
-
-impl<K, V> Reclaiming<'_, K, V> {
-    /// Pushes the chain of shells `chain..=last` onto the tree's returned
-    /// list, for reuse by a later write.
-    fn return_shells(&self, chain: *mut Node<K, V>, last: NonNull<Node<K, V>>) {
-        let returned = &self.tree.returned;
-        // Relaxed: the CAS below publishes.
-        let mut head = returned.load(crate::sync::Ordering::Relaxed);
-        loop {
-            // SAFETY: the shells are this writer's alone until published;
-            // `head` is null or a returned shell, allocated.
-            unsafe { last.as_ref().hot.get().set_child(Dir::Left, head) };
-            // Release: pairs with the Acquire swap in `Shells::take_returned`
-            // (the links, and the key and value drops, happen-before a reuse).
-            match returned.compare_exchange_weak(
-                head,
-                chain,
-                crate::sync::Ordering::Release,
-                crate::sync::Ordering::Relaxed,
-            ) {
-                Ok(_) => return,
-                Err(h) => head = h,
-            }
-        }
-    }
 }

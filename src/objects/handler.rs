@@ -1,6 +1,6 @@
 //! What a signal handler reads of a loaded object in place: its info
 //! (unwind tables, image span) and the user's payload, through a handler
-//! section of the index (`crate::section`); and the loader's answer for an
+//! section of the index (`crate::reclaim`'s `section.rs`); and the loader's answer for an
 //! object no refresh has indexed yet ([`find`](super::find)).
 
 use super::find::{self, UnindexedObject};

@@ -1,7 +1,7 @@
 //! Handler read sections: a grace period that async-signal-safe readers can
 //! take part in (no thread-local, no allocation, no lock, bounded).
 //!
-//! A [`lookup`](crate::AddrIndex::lookup) pins nothing, so it can only copy
+//! An `AddrIndex::lookup` pins nothing, so it can only copy
 //! words out of the type-stable range nodes. A signal handler that must read
 //! a module's *value* in place (a trap table, an unwinder) opens a section
 //! first ([`Sections::enter`]): it counts itself into one of two counters of
@@ -11,11 +11,14 @@
 //!
 //! # The protocol (an SRCU with a poll instead of a wait)
 //!
-//! *Reader* ([`Sections::enter`]): `p = phase`, `count[p & 1] += 1`, then
-//! `fence(SeqCst)` (Y), then re-read `phase`: if it moved, undo and retry,
-//! so an open section is always counted under a phase that was current
-//! after its increment. Then the lookups (the latch's usual `Acquire`
-//! reads). Closing is one `Release` decrement.
+//! The counters are the crate's one two-phase counter (`two_phase.rs`,
+//! sharded 16 ways); the protocol is this file's.
+//!
+//! *Reader* ([`Sections::enter`], through `TwoPhase::enter`): `p = phase`,
+//! `count[p & 1] += 1`, then `fence(SeqCst)` (Y), then re-read `phase`: if
+//! it moved, undo and retry, so an open section is always counted under a
+//! phase that was current after its increment. Then the lookups (the
+//! latch's usual `Acquire` reads). Closing is one `Release` decrement.
 //!
 //! *Writer* ([`SectionClock::poll`], under the writer lock, at the start of
 //! period `f`, when everything retired in periods `< f` already left every
@@ -45,42 +48,24 @@
 //!
 //! Only fences carry the argument: loom models `SeqCst` fences but not
 //! `SeqCst` loads and stores (tokio-rs/loom#180), so the model in
-//! `tests/loom_addr_index.rs` checks exactly this code.
+//! `tests/loom_addr_index.rs` checks exactly this code and the counter's.
 
 // `pub` only for the loom model's re-export (`crate::loom_section`).
 #![cfg_attr(not(latchtree_loom), allow(unreachable_pub))]
 
-use crate::sync::{AtomicU64, AtomicUsize, Ordering, fence};
+use super::two_phase::TwoPhase;
+use crate::sync::{AtomicUsize, Ordering, fence};
 
 /// Shards of counters: sections on different threads (stacks) mostly
 /// count on different cache lines.
 const SHARDS: usize = 16;
 
-/// One shard's two counters (one per phase parity), on their own lines.
-#[repr(align(128))]
-struct Shard([AtomicUsize; 2]);
-
-/// The phase word and the `used` flag that every section reads.
-#[repr(align(128))]
-struct Phase {
-    /// 64 bits on every target: a section's re-check compares it, and a
-    /// 32-bit counter could come back to the same value (ABA) under a
-    /// reader stalled for 2^32 writes (review).
-    phase: AtomicU64,
-    used: AtomicUsize,
-}
-
 /// See the module docs.
-pub struct Sections {
-    head: Phase,
-    shards: [Shard; SHARDS],
-}
+pub struct Sections(TwoPhase<SHARDS>);
 
 impl core::fmt::Debug for Sections {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.debug_struct("Sections")
-            .field("phase", &self.head.phase.load(Ordering::Relaxed))
-            .finish_non_exhaustive()
+        f.debug_tuple("Sections").field(&self.0).finish()
     }
 }
 
@@ -95,22 +80,7 @@ impl Sections {
     crate::sync::const_fn_unless_loom! {
         /// No section open.
         pub fn new() -> Self {
-            Sections {
-                head: Phase {
-                    phase: AtomicU64::new(0),
-                    used: AtomicUsize::new(0),
-                },
-                shards: {
-                    #[cfg(not(latchtree_loom))]
-                    {
-                        [const { Shard([AtomicUsize::new(0), AtomicUsize::new(0)]) }; SHARDS]
-                    }
-                    #[cfg(latchtree_loom)]
-                    {
-                        core::array::from_fn(|_| Shard([AtomicUsize::new(0), AtomicUsize::new(0)]))
-                    }
-                },
-            }
+            Sections(TwoPhase::new())
         }
     }
 
@@ -122,10 +92,6 @@ impl Sections {
     /// two RMWs, a fence and two loads.
     #[inline]
     pub fn enter(&self) -> &AtomicUsize {
-        // Relaxed: ordered before the writer's check by the fence below.
-        if self.head.used.load(Ordering::Relaxed) == 0 {
-            self.head.used.store(1, Ordering::Relaxed);
-        }
         let marker = 0u8;
         // Under loom one shard: a stack address differs between explored
         // executions, and a model must be deterministic.
@@ -134,45 +100,17 @@ impl Sections {
         } else {
             core::ptr::addr_of!(marker).addr()
         };
-        let shard = &self.shards[shard_of(sp)];
-        loop {
-            // Relaxed: re-checked after the fence.
-            let p = self.head.phase.load(Ordering::Relaxed);
-            let count = &shard.0[(p & 1) as usize];
-            // Relaxed: ordered by the fence below.
-            count.fetch_add(1, Ordering::Relaxed);
-            // SeqCst: Y in the module docs; pairs with the writer's fences.
-            fence(Ordering::SeqCst);
-            // Relaxed: after Y (module docs).
-            if self.head.phase.load(Ordering::Relaxed) == p {
-                return count;
-            }
-            // Release: as in `exit` (nothing was read under this count).
-            count.fetch_sub(1, Ordering::Release);
-            crate::sync::retry_hint();
-        }
+        // `used`, then the count, fence Y and the re-check (module docs).
+        self.0.enter(shard_of(sp))
     }
 
     /// Closes a section opened by [`enter`](Sections::enter).
     #[inline]
     pub fn exit(count: &AtomicUsize) {
-        // Release: pairs with the writer's Acquire loads of the counters
-        // (`Sections::open`): every read of the section happens before the
-        // free.
-        count.fetch_sub(1, Ordering::Release);
-    }
-
-    /// The sum of the counters of parity `parity`.
-    fn open(&self, parity: usize) -> usize {
-        self.shards
-            .iter()
-            // Acquire: pairs with the Release decrement in `exit`: a sum of
-            // 0 read here happens after every read of the sections that
-            // closed (their frees come after). The SC fences in `poll` give
-            // the rest; the Acquire load, not a fence, is what
-            // ThreadSanitizer (which ignores fences) also sees.
-            .map(|s| s.0[parity].load(Ordering::Acquire))
-            .fold(0, usize::wrapping_add)
+        // Release (in `TwoPhase::exit`): pairs with the writer's Acquire
+        // loads of the counters (`TwoPhase::holders`): every read of the
+        // section happens before the free.
+        TwoPhase::<SHARDS>::exit(count);
     }
 }
 
@@ -208,8 +146,8 @@ impl SectionClock {
         // flips of every earlier period (their locks were released before
         // this one was taken).
         fence(Ordering::SeqCst);
-        // Relaxed: after X (module docs, `used`).
-        if s.head.used.load(Ordering::Relaxed) == 0 && self.draining.is_none() {
+        // After X (module docs, `used`).
+        if !s.0.used() && self.draining.is_none() {
             self.passed = before;
             return self.passed;
         }
@@ -218,22 +156,19 @@ impl SectionClock {
             self.passed = before;
             return self.passed;
         }
-        let parity = |p: u64| (p & 1) as usize;
-        // Relaxed: the phase is written only by writers, under the lock.
-        let phase = s.head.phase.load(Ordering::Relaxed);
         if let Some(f) = self.draining
-            && s.open(parity(phase.wrapping_sub(1))) == 0
+            && s.0.holders(s.0.parity() ^ 1) == 0
         {
             self.passed = f - 1;
             self.draining = None;
         }
         if self.draining.is_none() && self.passed < before {
-            // Relaxed: ordered against sections' re-checks by the fence
-            // below and theirs (module docs).
-            s.head.phase.store(phase.wrapping_add(1), Ordering::Relaxed);
+            // Ordered against sections' re-checks by the fence below and
+            // theirs (module docs).
+            let ended = s.0.flip();
             // SeqCst: X again, for the drain started now.
             fence(Ordering::SeqCst);
-            if s.open(parity(phase)) == 0 {
+            if s.0.holders(ended) == 0 {
                 self.passed = before;
             } else {
                 self.draining = Some(period);

@@ -1,0 +1,269 @@
+//! The [`Limbo`]: what a front-end's transactions retired, waiting for
+//! the epoch's grace period, under the writer lock.
+//!
+//! Each item is tagged with the transaction's *period* (a counter that
+//! grows by one per transaction). Nothing user-visible is handed to
+//! crossbeam-epoch: at most one tiny announcement ([`Job`]) per limbo is
+//! outstanding at a time, a closure that stores "every period up to `p` is
+//! past its grace period" into [`Limbo::passed`]. The owner's later
+//! transactions ([`Limbo::begin`]) hand out what was announced as *due*, to
+//! be freed or recycled after their lock is released.
+//!
+//! Why one announcement covers every older period: it is deferred after the
+//! writer lock of period `p` was released, so after every item of every
+//! period `<= p` left both copies. crossbeam runs it only after every guard
+//! pinned at the time of the `defer` is dropped; a guard pinned later cannot
+//! reach those items, and one pinned earlier is among those waited for.
+//! While an announcement is outstanding, newer periods wait for the next
+//! one; a writer that finds its garbage still waiting every
+//! [`HELP_EVERY`] transactions flushes its thread's epoch bag to push the
+//! epoch along (a writer with no readers at all would otherwise never see
+//! its announcement run).
+//!
+//! Under `cfg(latchtree_loom)` the epoch is invisible to the model checker
+//! (crossbeam keys its own loom support on a different cfg), so nothing is
+//! ever announced: the limbo is a graveyard emptied when its owner is
+//! dropped, at the end of the model, and loom explores the latch and the
+//! link stores, which is what it must see.
+
+use super::job::Job;
+
+/// Writes (while items wait) between two flushes a writer does to push the
+/// epoch along while its announcement is outstanding (see the module docs).
+/// Every such write counts once, whether it retires or only inserts; 64
+/// keeps an insert + remove churn at the flush rate that 32 retiring writes
+/// gave before insert-only writes counted too.
+pub(crate) const HELP_EVERY: u32 = 64;
+
+/// Items waiting from which a writer helps every [`HELP_BACKLOG_EVERY`]
+/// writes rather than every [`HELP_EVERY`]: a large removal (a `clear`, a
+/// batch) is freed within a few writes, while a guard held elsewhere (which
+/// no flush can get past) costs at most one flush per that many writes.
+pub(crate) const HELP_BACKLOG: usize = 64;
+
+/// See [`HELP_BACKLOG`].
+pub(crate) const HELP_BACKLOG_EVERY: u32 = 4;
+
+/// The queue capacity a [`Limbo`] keeps when it shrinks.
+const LIMBO_KEPT: usize = 64;
+
+/// What a transaction retired, waiting for its grace period; kept under
+/// the writer lock. See the module docs.
+pub(crate) struct Limbo<T> {
+    /// Retired items with their period, oldest first.
+    queue: alloc::collections::VecDeque<(u64, T)>,
+    /// The period of the queue's first and last items while it holds any
+    /// (set by the push into an empty queue, every push, and the pop that
+    /// stops at a newer item), kept beside it: every write asks, and a
+    /// deque's ends cost an index computation each.
+    ends: (u64, u64),
+    /// The running (or last) transaction's period.
+    period: u64,
+    /// The period the outstanding (or last) announcement covers.
+    announced: u64,
+    /// Whether the running transaction retired anything yet.
+    retiring: bool,
+    /// Whether `begin` asked for this transaction's job already (so that
+    /// its first retirement does not count it twice towards a help).
+    asked: bool,
+    /// Retiring transactions since the announcement or the last help.
+    since_help: u32,
+    /// The period announced as past its grace period; made on first use.
+    #[cfg(not(latchtree_loom))]
+    passed: Option<alloc::sync::Arc<crate::sync::AtomicU64>>,
+}
+
+impl<T> core::fmt::Debug for Limbo<T> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Limbo")
+            .field("waiting", &self.queue.len())
+            .field("period", &self.period)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T> Limbo<T> {
+    crate::sync::const_fn_unless_loom! {
+        pub(crate) fn new() -> Self {
+            Limbo {
+                queue: alloc::collections::VecDeque::new(),
+                ends: (0, 0),
+                period: 0,
+                announced: 0,
+                retiring: false,
+                asked: false,
+                since_help: 0,
+                #[cfg(not(latchtree_loom))]
+                passed: None,
+            }
+        }
+    }
+
+    /// The latest period announced as past its grace period.
+    fn passed(&self) -> u64 {
+        #[cfg(not(latchtree_loom))]
+        {
+            // Acquire: pairs with the Release `fetch_max` of the
+            // announcement (see `Job::run`).
+            self.passed
+                .as_ref()
+                .map_or(0, |p| p.load(crate::sync::Ordering::Acquire))
+        }
+        #[cfg(latchtree_loom)]
+        {
+            0
+        }
+    }
+
+    /// Starts a transaction (under the writer lock): hands every item whose
+    /// grace period has passed to `due`, to be freed after the lock: the
+    /// epoch's, and `also`'s (the latest period another kind of reader is
+    /// known to be done with: the address index's handler sections, or
+    /// `u64::MAX`). If
+    /// items of earlier periods still wait, sets `job` to announce them (no
+    /// announcement outstanding) or, every [`HELP_EVERY`] writes, to flush
+    /// (one is): so that a tree whose later writes only insert still frees
+    /// what it removed, readers or none. Announcing them now is sound: their
+    /// transactions' locks were released before this one began, and the
+    /// announcement is deferred after this one's.
+    #[inline]
+    pub(crate) fn begin(&mut self, also: u64, due: impl FnMut(T), job: &mut Option<Job>) {
+        self.period += 1;
+        self.retiring = false;
+        self.asked = false;
+        if !self.queue.is_empty() {
+            self.begin_waiting(also, due, job);
+        }
+    }
+
+    /// [`begin`](Limbo::begin) while items wait.
+    fn begin_waiting(&mut self, also: u64, mut due: impl FnMut(T), job: &mut Option<Job>) {
+        let passed = self.passed().min(also);
+        if self.ends.0 <= passed {
+            while let Some(&(p, _)) = self.queue.front() {
+                if p > passed {
+                    self.ends.0 = p;
+                    break;
+                }
+                if let Some((_, item)) = self.queue.pop_front() {
+                    due(item);
+                }
+            }
+            // Returns the queue's memory once a burst of retirements (a
+            // `clear` of a large tree) has drained.
+            let cap = self.queue.capacity();
+            if cap > LIMBO_KEPT && self.queue.len() * 4 < cap {
+                self.queue.shrink_to((self.queue.len() * 2).max(LIMBO_KEPT));
+            }
+        }
+        if !self.queue.is_empty() {
+            // Announces them if nothing is outstanding, else counts towards
+            // the next help: an outstanding announcement needs the epoch
+            // moved twice more, and with no reader pinning, only this
+            // writer's flushes move it (insert-only writes would otherwise
+            // set no job, and what a `clear` retired would never be dropped).
+            *job = self.job(false);
+            self.asked = true;
+        }
+    }
+
+    /// Retires `item`, which left every copy readers can reach in the
+    /// running transaction (under the writer lock). Returns true for the
+    /// transaction's first retirement: the caller then hands its job to
+    /// [`first_retirement`](Limbo::first_retirement) (the later ones need
+    /// not touch it).
+    #[inline]
+    pub(crate) fn retire(&mut self, item: T) -> bool {
+        if self.queue.is_empty() {
+            self.ends.0 = self.period;
+        }
+        self.ends.1 = self.period;
+        self.queue.push_back((self.period, item));
+        !core::mem::replace(&mut self.retiring, true)
+    }
+
+    /// After the transaction's first retirement: sets `job`, or widens the
+    /// announcement `begin` set to this transaction's period (deferred
+    /// after this lock too, so it covers this period's items as well).
+    pub(crate) fn first_retirement(&mut self, job: &mut Option<Job>) {
+        if let Some(j) = job {
+            if j.widen(self.period) {
+                self.announced = self.period;
+            }
+        } else if !self.asked {
+            *job = self.job(false);
+        }
+    }
+
+    /// What to do after the lock for the waiting items: announce the
+    /// latest period if no announcement is outstanding, else (every
+    /// [`HELP_EVERY`] calls, every [`HELP_BACKLOG_EVERY`] while
+    /// [`HELP_BACKLOG`] items wait, or always if `always_help`) flush.
+    pub(crate) fn job(&mut self, always_help: bool) -> Option<Job> {
+        if self.queue.is_empty() {
+            return None;
+        }
+        let latest = self.ends.1;
+        if self.passed() >= self.announced {
+            if latest <= self.announced {
+                // Announced and passed: due at the next `begin`.
+                return None;
+            }
+            self.announced = latest;
+            self.since_help = 0;
+            #[cfg(not(latchtree_loom))]
+            {
+                let passed = self
+                    .passed
+                    .get_or_insert_with(|| alloc::sync::Arc::new(crate::sync::AtomicU64::new(0)));
+                return Some(Job {
+                    announce: Some((alloc::sync::Arc::clone(passed), latest)),
+                });
+            }
+            #[cfg(latchtree_loom)]
+            return Some(Job {});
+        }
+        self.since_help += 1;
+        let backlog = self.queue.len() >= HELP_BACKLOG && self.since_help >= HELP_BACKLOG_EVERY;
+        if always_help || backlog || self.since_help >= HELP_EVERY {
+            self.since_help = 0;
+            return Some(Job {
+                #[cfg(not(latchtree_loom))]
+                announce: None,
+            });
+        }
+        None
+    }
+
+    /// Whether the oldest waiting item is past the epoch's grace period
+    /// (so that `begin`'s `also` decides whether it is due).
+    pub(crate) fn epoch_due(&self) -> bool {
+        self.oldest().is_some_and(|p| p <= self.passed())
+    }
+
+    /// The period the next transaction will have.
+    pub(crate) fn next_period(&self) -> u64 {
+        self.period + 1
+    }
+
+    /// The period of the oldest waiting item.
+    pub(crate) fn oldest(&self) -> Option<u64> {
+        (!self.queue.is_empty()).then_some(self.ends.0)
+    }
+
+    /// Whether nothing waits.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.queue.is_empty()
+    }
+
+    /// Gives the queue's spare memory back (after a [`drain`](Limbo::drain)).
+    pub(crate) fn shrink_to_fit(&mut self) {
+        self.queue.shrink_to_fit();
+    }
+
+    /// Takes every waiting item (for the owner's `Drop` or `shrink_to_fit`:
+    /// no reader is left).
+    pub(crate) fn drain(&mut self) -> impl Iterator<Item = T> + '_ {
+        self.queue.drain(..).map(|(_, item)| item)
+    }
+}
