@@ -187,12 +187,24 @@ impl ObjectInfo {
 /// between two refreshes: the loader's name, the bias, the segments and the
 /// build id. (An object unloaded and loaded again between two refreshes at
 /// the same address from the same file is the same object.)
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Identity<'a> {
     loader_name: &'a [u8],
     bias: u64,
     segments: &'a [LoadSegment],
     build_id: Option<&'a BuildId>,
+}
+
+/// Hashes what tells objects apart cheaply (the bias, where the first
+/// segment starts, how many there are, the name's length); equality
+/// compares the rest. Every refresh hashes every loaded object twice.
+impl core::hash::Hash for Identity<'_> {
+    fn hash<H: core::hash::Hasher>(&self, state: &mut H) {
+        state.write_u64(self.bias);
+        state.write_u64(self.segments.first().map_or(0, |s| s.range.start));
+        state.write_usize(self.segments.len());
+        state.write_usize(self.loader_name.len());
+    }
 }
 
 impl Scanned {
