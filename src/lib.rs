@@ -131,9 +131,9 @@ pub use crossbeam_epoch::{Collector, Guard, LocalHandle};
 pub use latch_tree::{Batch, Iter, Keys, LatchTree, Range, UnsortedInput, Values};
 #[cfg(all(feature = "objects", target_os = "linux", target_pointer_width = "64"))]
 pub use objects::{
-    BuildId, HandlerObject, LoadCounters, LoadSegment, LoadedObjects, NoteError, ObjectHit,
-    ObjectInfo, ObjectKind, ObjectRef, ObjectsSection, Problem, ProblemKind, Refresh,
-    UnindexedObject,
+    BuildId, EhFrameError, HandlerObject, LoadCounters, LoadSegment, LoadedObjects, MappedObject,
+    NoteError, ObjectHit, ObjectInfo, ObjectKind, ObjectRef, ObjectsSection, Problem, ProblemKind,
+    ReadError, Refresh, UnindexedObject,
 };
 pub use reclaim::{default_collector, pin, swallowed_drop_panics};
 pub use stats::Stats;

@@ -1109,7 +1109,7 @@ fn eh_frame_agrees_with_the_file() {
 #[test]
 fn a_payload_builder_may_query_its_own_index() {
     static OBJECTS: LoadedObjects<usize> = LoadedObjects::with_payload(build);
-    fn build(info: &latchtree::ObjectInfo) -> usize {
+    fn build(info: &latchtree::MappedObject<'_>) -> usize {
         let known = OBJECTS.objects().len() + OBJECTS.unloaded_count() + OBJECTS.loaded_count();
         let _ = OBJECTS.object(ModuleId::from_raw(1));
         assert!(!OBJECTS.forget(ModuleId::from_raw(u64::MAX)));
@@ -1155,7 +1155,7 @@ static TO_CLOSE: Mutex<Option<(usize, PathBuf)>> = Mutex::new(None);
 /// mapped, so a builder that copies its tables reads mapped memory.
 #[test]
 fn a_payload_builder_reads_a_library_closed_meanwhile() {
-    fn build(info: &latchtree::ObjectInfo) {
+    fn build(info: &latchtree::MappedObject<'_>) {
         let mut to_close = TO_CLOSE.lock().unwrap();
         if to_close.as_ref().is_none_or(|(_, p)| p != info.path()) {
             return;
@@ -1168,10 +1168,9 @@ fn a_payload_builder_reads_a_library_closed_meanwhile() {
         assert_eq!(closed, 0);
         let hdr = info.eh_frame_hdr().unwrap();
         let mapped = is_mapped(hdr.start);
+        // The refresh's own reference keeps the header mapped: a safe slice.
         let version = if mapped {
-            // SAFETY: the header's first byte, on a page `mincore` found
-            // mapped, which the refresh's own reference keeps mapped.
-            unsafe { *(hdr.start as *const u8) }
+            info.eh_frame_hdr_bytes().map_or(0, |b| b[0])
         } else {
             0
         };
@@ -1209,16 +1208,9 @@ fn after_dlclose_a_handler_reads_the_payloads_copy_not_the_unmapped_tables() {
     struct Tables {
         eh_frame_hdr: Vec<u8>,
     }
-    fn build(info: &latchtree::ObjectInfo) -> Tables {
-        let hdr = info.eh_frame_hdr().unwrap_or(0..0);
-        // SAFETY: the refresh holds the object loaded while it builds; the
-        // range lies inside a readable segment.
-        let bytes = unsafe {
-            std::slice::from_raw_parts(
-                std::ptr::with_exposed_provenance::<u8>(hdr.start as usize),
-                (hdr.end - hdr.start) as usize,
-            )
-        };
+    fn build(object: &latchtree::MappedObject<'_>) -> Tables {
+        // The refresh holds the object mapped while it builds.
+        let bytes = object.eh_frame_hdr_bytes().unwrap_or_default();
         Tables {
             eh_frame_hdr: bytes.to_vec(),
         }

@@ -60,6 +60,12 @@ impl<'g, T> ModuleRef<'g, T> {
         &self.rec.value
     }
 
+    /// The module's value as the index shares it: for a front-end that
+    /// hands out owned handles (`LoadedObjects`' `ObjectRef`).
+    pub(crate) fn shared_value(&self) -> &'g Arc<T> {
+        &self.rec.value
+    }
+
     /// The module's segments in address order (see the example on
     /// [`ModuleRef`]).
     pub fn segments(&self) -> &'g [Segment] {

@@ -2,6 +2,7 @@
 //! and note memory. (The scan of this process's real objects is tested
 //! through the public API in `tests/objects.rs`.)
 
+use super::eh_frame::EhFrameError;
 use super::hold::LoaderRef;
 use super::info::ObjectInfo;
 use super::note::{BuildId, NoteError};
@@ -13,6 +14,12 @@ use super::scan::{
 use super::segment::{ObjectKind, ObjectMemory};
 use super::{LoadedObjects, Refresh};
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+
+/// `native` iterations, or `miri` under Miri.
+fn size(native: u64, miri: u64) -> u64 {
+    if cfg!(miri) { miri } else { native }
+}
 
 // ------------------------------------------------------------- synthetic
 
@@ -284,21 +291,26 @@ fn unwind_tables_and_image_span() {
 
 // ------------------------------------------------------------- refresh
 
-/// Applies a synthetic scan, as `refresh` applies a real one.
-fn apply(objects: &LoadedObjects, scanned: &[&Scanned]) -> Refresh {
+/// Refreshes from a synthetic scan, as `refresh` does from a real one.
+fn apply<P: Send + Sync>(objects: &LoadedObjects<P>, scanned: &[&Scanned]) -> Refresh {
     let scan = Scan {
         objects: scanned.iter().map(|&s| s.clone()).collect(),
         counters: None,
     };
-    // Synthetic objects are not loaded: nothing to hold.
-    objects.apply(scan, |_| Some(LoaderRef::none()), &mut Default::default())
+    // Synthetic objects are not loaded: nothing holds them mapped.
+    objects.refresh_with(|| None, || scan, |_| Some(LoaderRef::unheld()))
 }
 
-/// `(path, problem)` pairs of a refresh, the files' absence aside (none of
-/// the synthetic objects has a file).
+/// `(path, problem)` pairs of a refresh, the files' and unwind tables'
+/// absence aside (none of the synthetic objects has either, unless a test
+/// gives it a header).
 fn problems(refresh: &Refresh) -> Vec<(String, ProblemKind)> {
+    let absent = [
+        ProblemKind::FileVanished,
+        ProblemKind::NoEhFrame(EhFrameError::NoHeader),
+    ];
     let mut all: Vec<_> = (refresh.problems.iter())
-        .filter(|p| *p.kind() != ProblemKind::FileVanished)
+        .filter(|p| !absent.contains(p.kind()))
         .map(|p| (p.path().display().to_string(), p.kind().clone()))
         .collect();
     all.sort_by(|a, b| a.0.cmp(&b.0));
@@ -418,4 +430,60 @@ fn odd_objects_never_stop_a_refresh_and_are_reported_once() {
     assert!(fourth.added.is_empty());
     assert_eq!(problems(&fourth).len(), 2);
     assert_eq!(objects.loaded_count(), 2);
+}
+
+/// A payload that a handler section kept alive past its object's unload is
+/// dropped by a later refresh that hands it out as due: after that refresh
+/// released every lock of the index, also the one that serializes
+/// refreshes (its `Drop` may refresh, or wait for a thread that does). It
+/// was dropped inside that refresh's batch scope, with that lock held.
+#[test]
+fn a_payload_a_section_kept_is_dropped_after_the_later_refreshs_locks() {
+    static OBJECTS: LoadedObjects<Probe> = LoadedObjects::with_payload(|_| Probe);
+    static DROPPED: AtomicUsize = AtomicUsize::new(0);
+    static UNDER_LOCK: AtomicUsize = AtomicUsize::new(0);
+    struct Probe;
+    impl Drop for Probe {
+        fn drop(&mut self) {
+            DROPPED.fetch_add(1, Relaxed);
+            if OBJECTS.refreshing.try_lock().is_err() {
+                UNDER_LOCK.fetch_add(1, Relaxed);
+            }
+        }
+    }
+    let lib = |i: u64| {
+        let name = format!("/x/lib{i}.so");
+        parse_at(
+            name.as_bytes(),
+            (i + 1) << 20,
+            &[load(0, 0x1000, 5)],
+            Vec::new(),
+        )
+    };
+    let kept = lib(0);
+    apply(&OBJECTS, &[&kept]);
+    let section = OBJECTS.handler_section();
+    assert!(section.lookup(1 << 20).is_some());
+    // Unloaded while the section is open: its payload waits for it.
+    let gone = apply(&OBJECTS, &[]);
+    assert_eq!(gone.removed.len(), 1);
+    assert_eq!(DROPPED.load(Relaxed), 0, "a section can still see it");
+    drop(section);
+    // Refreshes that only add objects (so no flush after them): one of
+    // their batches finds the payload due.
+    let mut loaded = Vec::new();
+    for i in 1..=size(400, 40) {
+        if DROPPED.load(Relaxed) > 0 {
+            break;
+        }
+        loaded.push(lib(i));
+        let all: Vec<&Scanned> = loaded.iter().collect();
+        assert_eq!(apply(&OBJECTS, &all).added.len(), 1);
+    }
+    assert_eq!(DROPPED.load(Relaxed), 1, "no refresh dropped the payload");
+    assert_eq!(
+        UNDER_LOCK.load(Relaxed),
+        0,
+        "dropped while a refresh held its lock"
+    );
 }
