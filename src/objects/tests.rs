@@ -487,3 +487,79 @@ fn a_payload_a_section_kept_is_dropped_after_the_later_refreshs_locks() {
         "dropped while a refresh held its lock"
     );
 }
+
+/// What a refresh does with objects it cannot hold: one unloaded before it
+/// could be held is skipped (reported, not indexed, no payload built); one
+/// indexed without a reference (another `dlmopen` namespace) gets no bytes
+/// in its builder, and its `.eh_frame` is looked for under the loader's
+/// lock (a synthetic object is not there: `Unloaded`, reported); one with
+/// overlapping segments has its `.eh_frame` refused.
+#[test]
+#[cfg_attr(miri, ignore = "the unheld object's pass calls dl_iterate_phdr")]
+fn objects_a_refresh_cannot_hold_are_skipped_or_get_no_bytes() {
+    static BUILT: AtomicUsize = AtomicUsize::new(0);
+    static HELD_OR_READ: AtomicUsize = AtomicUsize::new(0);
+    fn build(object: &super::MappedObject<'_>) {
+        BUILT.fetch_add(1, Relaxed);
+        let read = object.read(object.segments()[0].range.clone());
+        if object.is_held() || read != Err(super::ReadError::NotHeld) {
+            HELD_OR_READ.fetch_add(1, Relaxed);
+        }
+    }
+    let with_hdr = |name: &[u8], bias: u64, loads: &[ProgramHeader]| {
+        let mut headers = loads.to_vec();
+        headers.push(table(PT_GNU_EH_FRAME, 0x800, 0x20));
+        parse_at(name, bias, &headers, Vec::new())
+    };
+    let gone = with_hdr(b"/x/libgone.so", 0x10_0000, &[load(0, 0x1000, 5)]);
+    let elsewhere = with_hdr(b"/x/libelsewhere.so", 0x20_0000, &[load(0, 0x1000, 5)]);
+    let overlapping = with_hdr(
+        b"/x/liboverlap.so",
+        0x30_0000,
+        &[load(0, 0x2000, 5), load(0x1000, 0x2000, 4)],
+    );
+    let objects = LoadedObjects::with_payload(build);
+    let scan = Scan {
+        objects: [&gone, &elsewhere, &overlapping].map(Clone::clone).into(),
+        counters: None,
+    };
+    let hold = |info: &ObjectInfo| (info.bias() != 0x10_0000).then(LoaderRef::unheld);
+    let refresh = objects.refresh_with(|| None, || scan, hold);
+
+    assert_eq!(refresh.skipped.len(), 1);
+    assert_eq!(refresh.skipped[0].path(), Path::new("/x/libgone.so"));
+    assert!(objects.lookup(0x10_0010).is_none(), "skipped: not indexed");
+    assert_eq!(
+        added_paths(&refresh),
+        ["/x/libelsewhere.so", "/x/liboverlap.so"]
+    );
+    assert_eq!(BUILT.load(Relaxed), 2, "no payload for the skipped object");
+    assert_eq!(
+        HELD_OR_READ.load(Relaxed),
+        0,
+        "no bytes of an unheld object"
+    );
+
+    let eh_frame = |bias: u64| {
+        let id = objects.lookup(bias + 0x10).unwrap().id();
+        objects.object(id).unwrap().info().try_eh_frame()
+    };
+    assert_eq!(eh_frame(0x20_0000), Err(EhFrameError::Unloaded));
+    assert_eq!(eh_frame(0x30_0000), Err(EhFrameError::OverlappingSegments));
+    let reported: Vec<_> = (problems(&refresh).into_iter())
+        .filter(|(_, kind)| matches!(kind, ProblemKind::NoEhFrame(_)))
+        .collect();
+    assert_eq!(
+        reported,
+        [
+            (
+                "/x/libelsewhere.so".into(),
+                ProblemKind::NoEhFrame(EhFrameError::Unloaded)
+            ),
+            (
+                "/x/liboverlap.so".into(),
+                ProblemKind::NoEhFrame(EhFrameError::OverlappingSegments)
+            ),
+        ]
+    );
+}
