@@ -54,6 +54,12 @@ impl LoaderRef {
         LoaderRef(Hold::Unheld)
     }
 
+    /// None needed: the object is never unmapped (the main program, the
+    /// vDSO; the unit tests' objects in memory of their own).
+    pub(crate) fn permanent() -> LoaderRef {
+        LoaderRef(Hold::Permanent)
+    }
+
     /// Whether the object's memory stays mapped while this lives.
     pub(crate) fn keeps_mapped(&self) -> bool {
         !matches!(self.0, Hold::Unheld)
@@ -67,7 +73,7 @@ impl LoaderRef {
     /// call it with no lock of the index held.
     pub(crate) fn hold(info: &ObjectInfo) -> Option<LoaderRef> {
         if info.kind() != ObjectKind::Library {
-            return Some(LoaderRef(Hold::Permanent));
+            return Some(LoaderRef::permanent());
         }
         let name = CString::new(info.loader_name().as_encoded_bytes()).ok()?;
         // SAFETY: a NUL-terminated name; `RTLD_NOLOAD` loads nothing, so no

@@ -563,3 +563,55 @@ fn objects_a_refresh_cannot_hold_are_skipped_or_get_no_bytes() {
         ]
     );
 }
+
+/// An object "mapped" in a buffer of this test, held (never unmapped): the
+/// refresh walks its `.eh_frame` in place, and the builder reads its
+/// tables as slices of that memory; a writable segment is refused. Under
+/// Miri this runs both `unsafe` reads of mapped memory (the walk's, and
+/// `MappedObject::read`'s).
+#[test]
+fn a_held_object_is_walked_in_place_and_read_as_slices() {
+    /// The header's and the section's bytes, and whether the writable
+    /// segment was refused.
+    type Seen = (Vec<u8>, Vec<u8>, bool);
+    static SEEN: std::sync::Mutex<Option<Seen>> = std::sync::Mutex::new(None);
+    fn build(object: &super::MappedObject<'_>) {
+        let data = object.segments()[1].range.clone();
+        let refused = object.read(data.clone()) == Err(super::ReadError::NotReadOnly(data));
+        *SEEN.lock().unwrap() = Some((
+            object.eh_frame_hdr_bytes().unwrap_or_default().to_vec(),
+            object.eh_frame_bytes().unwrap_or_default().to_vec(),
+            refused,
+        ));
+    }
+    // 0x00: .eh_frame_hdr (version 1, pcrel sdata4 pointer to 0x40);
+    // 0x40: .eh_frame: a 12-byte record, then the terminator; then a
+    // writable segment at 0x80.
+    let mut image = vec![0u8; 0x100];
+    image[..4].copy_from_slice(&[1, 0x1b, 0x03, 0x3b]);
+    image[4..8].copy_from_slice(&(0x40i32 - 4).to_ne_bytes());
+    image[0x40..0x44].copy_from_slice(&12u32.to_ne_bytes());
+    image[0x44..0x50].fill(0xaa);
+    let image: &'static [u8] = Box::leak(image.into_boxed_slice());
+    let bias = image.as_ptr().expose_provenance() as u64;
+    let headers = [
+        load(0, 0x80, 4),
+        load(0x80, 0x80, 6),
+        table(PT_GNU_EH_FRAME, 0, 0x10),
+    ];
+    let object = parse_at(b"/x/libinmemory.so", bias, &headers, Vec::new());
+    let objects = LoadedObjects::with_payload(build);
+    let scan = Scan {
+        objects: vec![object],
+        counters: None,
+    };
+    let refresh = objects.refresh_with(|| None, || scan, |_| Some(LoaderRef::permanent()));
+    assert_eq!(added_paths(&refresh), ["/x/libinmemory.so"]);
+    let id = objects.lookup(bias).unwrap().id();
+    let info = objects.object(id).unwrap().info().clone();
+    assert_eq!(info.try_eh_frame(), Ok(bias + 0x40..bias + 0x54));
+    let (hdr, eh_frame, refused) = SEEN.lock().unwrap().take().unwrap();
+    assert_eq!(hdr, image[..0x10]);
+    assert_eq!(eh_frame, image[0x40..0x54]);
+    assert!(refused, "a writable segment is not handed out");
+}
