@@ -190,7 +190,7 @@
 //! let sample = (SEEN_ID.load(Relaxed), SEEN_OFFSET.load(Relaxed));
 //! assert_eq!(MODULES.lookup(PC), None);
 //! assert_eq!(ModuleId::from_raw(sample.0), removed.id());
-//! assert_eq!(**removed.value(), "libfoo.so");
+//! assert_eq!(*removed, "libfoo.so");
 //! assert_eq!(removed.base() + sample.1, PC);
 //! # }
 //! ```

@@ -106,7 +106,7 @@ pub(super) struct Writer<T> {
 /// // come back.
 /// let optimized = TrapTable { tier: 1, traps: vec![(0x20, "integer overflow")] };
 /// let old = CODE.set_value(f, optimized, 1).map_err(|e| e.to_string()).unwrap();
-/// assert_eq!((old.value().tier, old.tag()), (0, 0));
+/// assert_eq!((old.tier, old.tag()), (0, 0));
 /// assert_eq!(on_trap(0x10_0020), Some("integer overflow"));
 ///
 /// // Unmapping an arena: every function in it goes, in one transaction.

@@ -457,7 +457,7 @@ impl<T: Send + Sync + 'static> AddrIndex<T> {
     /// let index = AddrIndex::new();
     /// let id = index.insert(0..10, "baseline").unwrap();
     /// let old = index.set_value(id, "optimized", 2).unwrap();
-    /// assert_eq!((**old.value(), old.tag()), ("baseline", 0));
+    /// assert_eq!((*old, old.tag()), ("baseline", 0));
     /// let guard = index.pin();
     /// let hit = index.module_address(5, &guard).unwrap();
     /// assert_eq!((hit.id(), *hit.value(), hit.tag()), (id, "optimized", 2));
