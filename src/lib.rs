@@ -124,8 +124,8 @@ mod sync;
 mod unwind;
 
 pub use addr_index::{
-    AddrIndex, AddrIndexError, HandlerSection, Hit, IndexBatch, InsertError, ModuleId, ModuleMeta,
-    ModuleRef, RawHit, Removed, Segment,
+    AddrIndex, AddrIndexError, HandlerSection, Hit, IndexBatch, InsertError, KeepRemoved, ModuleId,
+    ModuleMeta, ModuleRef, RawHit, Removed, Segment,
 };
 pub use crossbeam_epoch::{Collector, Guard, LocalHandle};
 pub use latch_tree::{Batch, Iter, Keys, LatchTree, Range, UnsortedInput, Values};

@@ -61,6 +61,9 @@ pub struct IndexBatch<'b, T> {
     pub(super) index: &'b AddrIndex<T>,
     pub(super) txn: Txn<'b, Node<T>>,
     pub(super) w: &'b mut Writer<T>,
+    /// Removals for the index's kept store (`kept.rs`), if it keeps any:
+    /// they enter it when the batch commits.
+    pub(super) kept: Vec<Removed<T>>,
 }
 
 impl<T> fmt::Debug for IndexBatch<'_, T> {
@@ -279,6 +282,9 @@ impl<T> IndexBatch<'_, T> {
             unsafe { self.txn.erase(node) };
         }
         self.w.retired.push(rec);
+        if self.index.kept.keeps() {
+            self.kept.push(Removed::of(r));
+        }
         Some(Removed::of(r))
     }
 

@@ -25,6 +25,7 @@ use super::batch::{IndexBatch, prepare};
 use super::error::InsertError;
 use super::garbage::{Garbage, Pool};
 use super::index::{AddrIndex, Ending, Node, Writer};
+use super::kept::drop_after_write;
 use super::module::Removed;
 use super::table::Dirty;
 use super::types::{ModuleId, ModuleMeta, Segment};
@@ -194,7 +195,7 @@ impl<T: Send + Sync + 'static> AddrIndex<T> {
     /// assert_eq!(index.lookup(0x5800).map(|h| h.id()), Some(new));
     /// ```
     pub fn write<R>(&self, f: impl FnOnce(&mut IndexBatch<'_, T>) -> R) -> R {
-        self.transact(|txn, w, end| {
+        let ((r, evicted), _) = self.transact(|txn, w, end| {
             w.dirty = Dirty::new();
             // Cleared, and past a large batch given back down to a small
             // capacity (writes of one module never grow them past it).
@@ -206,16 +207,21 @@ impl<T: Send + Sync + 'static> AddrIndex<T> {
                 index: self,
                 txn: txn.reborrow(),
                 w,
+                kept: Vec::new(),
             };
             let r = f(&mut batch);
             batch.settle();
+            // Kept removals enter the store before the flips that take
+            // the modules out (`kept.rs`).
+            let evicted = self.kept.commit(core::mem::take(&mut batch.kept));
             let w = batch.w;
             end.set(Ending::Commit(w.dirty));
             // Committed: the records made are the index's for good.
             w.created.clear();
-            r
-        })
-        .0
+            (r, evicted)
+        });
+        drop_after_write(evicted);
+        r
     }
 
     /// Drops what earlier writes removed (the index's reference to each
