@@ -243,4 +243,5 @@
 //! [`ModuleMeta::base`]: crate::ModuleMeta::base
 //! [`Removed`]: crate::Removed
 
+pub mod from_btreemap;
 pub mod no_std;

@@ -34,6 +34,8 @@
 //!   Readers pin a [`Guard`] ([`pin()`]) and get references that live as long
 //!   as it. Point queries (`get`, `upper_bound`, `lower_bound`, first/last),
 //!   atomic batches ([`LatchTree::write`]) and consistent ordered snapshots.
+//!   Porting from `BTreeMap` or `SkipMap`: [`guide::from_btreemap`] lists
+//!   what differs.
 //! * [`AddrIndex<T>`]: non-overlapping `[start, end)` ranges of `u64`
 //!   addresses, several per module, registered and removed atomically.
 //!   [`AddrIndex::lookup`] is async-signal-safe: no lock, no epoch pin, no
