@@ -62,6 +62,7 @@ impl<'g, T> ModuleRef<'g, T> {
 
     /// The module's value as the index shares it: for a front-end that
     /// hands out owned handles (`LoadedObjects`' `ObjectRef`).
+    #[cfg(all(feature = "objects", target_os = "linux", target_pointer_width = "64"))]
     pub(crate) fn shared_value(&self) -> &'g Arc<T> {
         &self.rec.value
     }
