@@ -63,7 +63,7 @@ pub struct IndexBatch<'b, T> {
     pub(super) w: &'b mut Writer<T>,
     /// Removals for the index's kept store (`kept.rs`), if it keeps any:
     /// they enter it when the batch commits.
-    pub(super) kept: Vec<Removed<T>>,
+    pub(super) kept: Option<Vec<Removed<T>>>,
 }
 
 impl<T> fmt::Debug for IndexBatch<'_, T> {
@@ -283,7 +283,7 @@ impl<T> IndexBatch<'_, T> {
         }
         self.w.retired.push(rec);
         if self.index.kept.keeps() {
-            self.kept.push(Removed::of(r));
+            self.kept.get_or_insert_with(Vec::new).push(Removed::of(r));
         }
         Some(Removed::of(r))
     }

@@ -195,7 +195,9 @@ impl<T: Send + Sync + 'static> AddrIndex<T> {
     /// assert_eq!(index.lookup(0x5800).map(|h| h.id()), Some(new));
     /// ```
     pub fn write<R>(&self, f: impl FnOnce(&mut IndexBatch<'_, T>) -> R) -> R {
-        let ((r, evicted), _) = self.transact(|txn, w, end| {
+        // What the kept store lets go of, if it keeps any (`kept.rs`).
+        let mut evicted = None;
+        let (r, _) = self.transact(|txn, w, end| {
             w.dirty = Dirty::new();
             // Cleared, and past a large batch given back down to a small
             // capacity (writes of one module never grow them past it).
@@ -207,20 +209,24 @@ impl<T: Send + Sync + 'static> AddrIndex<T> {
                 index: self,
                 txn: txn.reborrow(),
                 w,
-                kept: Vec::new(),
+                kept: None,
             };
             let r = f(&mut batch);
             batch.settle();
             // Kept removals enter the store before the flips that take
             // the modules out (`kept.rs`).
-            let evicted = self.kept.commit(core::mem::take(&mut batch.kept));
+            if let Some(removed) = batch.kept.take() {
+                evicted = Some(self.kept.commit(removed));
+            }
             let w = batch.w;
             end.set(Ending::Commit(w.dirty));
             // Committed: the records made are the index's for good.
             w.created.clear();
-            (r, evicted)
+            r
         });
-        drop_after_write(evicted);
+        if let Some(evicted) = evicted {
+            drop_after_write(evicted);
+        }
         r
     }
 
