@@ -128,10 +128,17 @@
 //! # Resolving later, even after an unload
 //!
 //! On a normal thread, turn the number back into an id with
-//! [`ModuleId::from_raw`] and ask [`AddrIndex::module`] (still loaded) — or
-//! keep what [`AddrIndex::remove`] handed back ([`Removed`]: the value as an
-//! `Arc`, the ranges, `base` and `tag`) for as long as samples may still
-//! name the module. No side table is needed.
+//! [`ModuleId::from_raw`] and ask [`AddrIndex::module`] (still loaded), then
+//! [`AddrIndex::removed`] (unloaded): an index made with
+//! [`AddrIndex::keeping_removed`] keeps what [`AddrIndex::remove`] handed
+//! back ([`Removed`]: the value as an `Arc`, the ranges, `base` and `tag`),
+//! the last `n` removals ([`KeepRemoved::Last`]: size `n` to the removals
+//! that can happen between a sample and its resolution) or every one until
+//! you [`forget`](crate::AddrIndex::forget) it
+//! ([`KeepRemoved::UntilForgotten`]). Ask in that order: a module the index
+//! misses has been removed, and is kept from that moment on. An index made
+//! with [`AddrIndex::new`] keeps nothing; then keep the [`Removed`]s
+//! yourself for as long as samples may still name their modules.
 //!
 //! # A real handler, interrupting a write on its own thread
 //!
@@ -190,7 +197,7 @@
 //! let sample = (SEEN_ID.load(Relaxed), SEEN_OFFSET.load(Relaxed));
 //! assert_eq!(MODULES.lookup(PC), None);
 //! assert_eq!(ModuleId::from_raw(sample.0), removed.id());
-//! assert_eq!(**removed.value(), "libfoo.so");
+//! assert_eq!(*removed, "libfoo.so");
 //! assert_eq!(removed.base() + sample.1, PC);
 //! # }
 //! ```
@@ -227,9 +234,14 @@
 //! [`RawHit::offset`]: crate::RawHit::offset
 //! [`RawHit::tag`]: crate::RawHit::tag
 //! [`RawHit::flags`]: crate::RawHit::flags
+//! [`AddrIndex::removed`]: crate::AddrIndex::removed
+//! [`AddrIndex::keeping_removed`]: crate::AddrIndex::keeping_removed
+//! [`KeepRemoved::Last`]: crate::KeepRemoved::Last
+//! [`KeepRemoved::UntilForgotten`]: crate::KeepRemoved::UntilForgotten
 //! [`ModuleId`]: crate::ModuleId
 //! [`ModuleId::from_raw`]: crate::ModuleId::from_raw
 //! [`ModuleMeta::base`]: crate::ModuleMeta::base
 //! [`Removed`]: crate::Removed
 
+pub mod from_btreemap;
 pub mod no_std;

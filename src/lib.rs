@@ -34,6 +34,8 @@
 //!   Readers pin a [`Guard`] ([`pin()`]) and get references that live as long
 //!   as it. Point queries (`get`, `upper_bound`, `lower_bound`, first/last),
 //!   atomic batches ([`LatchTree::write`]) and consistent ordered snapshots.
+//!   Porting from `BTreeMap` or `SkipMap`: [`guide::from_btreemap`] lists
+//!   what differs.
 //! * [`AddrIndex<T>`]: non-overlapping `[start, end)` ranges of `u64`
 //!   addresses, several per module, registered and removed atomically.
 //!   [`AddrIndex::lookup`] is async-signal-safe: no lock, no epoch pin, no
@@ -125,16 +127,16 @@ mod unwind;
 #[doc(hidden)]
 pub use addr_index::LayoutPolicy;
 pub use addr_index::{
-    AddrIndex, AddrIndexError, HandlerSection, Hit, IndexBatch, InsertError, ModuleId, ModuleMeta,
-    ModuleRef, NodeMemory, RawHit, Removed, Segment,
+    AddrIndex, AddrIndexError, HandlerSection, Hit, IndexBatch, InsertError, KeepRemoved, ModuleId,
+    ModuleMeta, ModuleRef, NodeMemory, RawHit, Removed, Segment,
 };
 pub use crossbeam_epoch::{Collector, Guard, LocalHandle};
 pub use latch_tree::{Batch, Iter, Keys, LatchTree, Range, UnsortedInput, Values};
 #[cfg(all(feature = "objects", target_os = "linux", target_pointer_width = "64"))]
 pub use objects::{
-    BuildId, HandlerObject, LoadCounters, LoadSegment, LoadedObjects, NoteError, ObjectHit,
-    ObjectInfo, ObjectKind, ObjectRef, ObjectsSection, Problem, ProblemKind, Refresh,
-    UnindexedObject,
+    BuildId, EhFrameError, HandlerObject, LoadCounters, LoadSegment, LoadedObjects, MappedObject,
+    NoteError, ObjectHit, ObjectInfo, ObjectKind, ObjectRef, ObjectsSection, Problem, ProblemKind,
+    ReadError, Refresh, UnindexedObject,
 };
 pub use reclaim::{default_collector, pin, swallowed_drop_panics};
 pub use stats::Stats;

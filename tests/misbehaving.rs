@@ -1058,3 +1058,50 @@ fn module_value_drop_that_writes_to_the_same_index_takes_effect() {
         COMPANIONS.check_invariants().unwrap();
     });
 }
+
+/// Counts the `Ord` calls on keys whose `Ord` says "greater" every time.
+static ALWAYS_GREATER_CALLS: AtomicUsize = AtomicUsize::new(0);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct AlwaysGreater(u64);
+
+impl Ord for AlwaysGreater {
+    fn cmp(&self, _: &Self) -> Ordering {
+        ALWAYS_GREATER_CALLS.fetch_add(1, Relaxed);
+        Ordering::Greater
+    }
+}
+
+impl PartialOrd for AlwaysGreater {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+/// `BTreeMap`'s iteration never calls `Ord`; a walk of an unbounded end of
+/// a `LatchTree` calls none either, so an `Ord` that lies cannot hide
+/// entries from it. (It compared the first and last keys to decide that
+/// the range was empty, and yielded nothing where `len()` was 2.)
+#[test]
+fn unbounded_iteration_calls_no_ord() {
+    let tree = LatchTree::new();
+    assert!(tree.insert(AlwaysGreater(1), 'a'));
+    assert!(tree.insert(AlwaysGreater(2), 'b'));
+    assert_eq!(tree.len(), 2);
+    let mut std = std::collections::BTreeMap::new();
+    std.insert(AlwaysGreater(1), 'a');
+    std.insert(AlwaysGreater(2), 'b');
+    let g = latchtree::pin();
+    ALWAYS_GREATER_CALLS.store(0, Relaxed);
+    let ours: Vec<_> = tree.iter(&g).map(|(k, v)| (k.0, *v)).collect();
+    let theirs: Vec<_> = std.iter().map(|(k, v)| (k.0, *v)).collect();
+    assert_eq!(ours, theirs);
+    assert_eq!(tree.keys(&g).rev().map(|k| k.0).collect::<Vec<_>>(), [2, 1]);
+    assert_eq!(tree.values(&g).collect::<String>(), "ab");
+    assert_eq!(tree.range::<AlwaysGreater, _>(.., &g).count(), 2);
+    assert_eq!(
+        ALWAYS_GREATER_CALLS.load(Relaxed),
+        0,
+        "an unbounded walk called Ord"
+    );
+}

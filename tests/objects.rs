@@ -18,7 +18,10 @@
 mod common;
 
 use common::Rng;
-use latchtree::{LoadedObjects, ModuleId, ObjectKind, ObjectRef, ProblemKind};
+use latchtree::{
+    EhFrameError, LoadedObjects, MappedObject, ModuleId, ObjectKind, ObjectRef, ProblemKind,
+    ReadError, UnindexedObject,
+};
 use object::{Object, ObjectSymbol};
 use std::ffi::{CStr, CString, OsStr, c_int, c_void};
 use std::ops::Range;
@@ -990,6 +993,14 @@ fn an_object_not_yet_indexed_is_found_by_the_loader_fallback() {
     assert_eq!(gap.map.start, hit.bias(), "libz's first PT_LOAD is at 0");
     let info = objects.object(hit.id()).unwrap().info().clone();
     assert_eq!(gap.eh_frame_hdr, info.eh_frame_hdr().map(|r| r.start));
+    // What a sample ring keeps of it (plain numbers), rebuilt on a normal
+    // thread, still names the object.
+    let stored = (gap.map.start, gap.map.end, gap.eh_frame_hdr);
+    let again = UnindexedObject::new(stored.0..stored.1, stored.2);
+    assert_eq!(again, gap);
+    assert!(again.matches(&info));
+    let elsewhere = UnindexedObject::new(stored.0 + 0x1000..stored.1, stored.2);
+    assert!(!elsewhere.matches(&info));
     handle.close();
     objects.refresh();
     assert!(objects.lookup(pc).is_none() && LoadedObjects::unindexed(pc).is_none());
@@ -1109,7 +1120,7 @@ fn eh_frame_agrees_with_the_file() {
 #[test]
 fn a_payload_builder_may_query_its_own_index() {
     static OBJECTS: LoadedObjects<usize> = LoadedObjects::with_payload(build);
-    fn build(info: &latchtree::ObjectInfo) -> usize {
+    fn build(info: &latchtree::MappedObject<'_>) -> usize {
         let known = OBJECTS.objects().len() + OBJECTS.unloaded_count() + OBJECTS.loaded_count();
         let _ = OBJECTS.object(ModuleId::from_raw(1));
         assert!(!OBJECTS.forget(ModuleId::from_raw(u64::MAX)));
@@ -1155,7 +1166,7 @@ static TO_CLOSE: Mutex<Option<(usize, PathBuf)>> = Mutex::new(None);
 /// mapped, so a builder that copies its tables reads mapped memory.
 #[test]
 fn a_payload_builder_reads_a_library_closed_meanwhile() {
-    fn build(info: &latchtree::ObjectInfo) {
+    fn build(info: &latchtree::MappedObject<'_>) {
         let mut to_close = TO_CLOSE.lock().unwrap();
         if to_close.as_ref().is_none_or(|(_, p)| p != info.path()) {
             return;
@@ -1168,10 +1179,9 @@ fn a_payload_builder_reads_a_library_closed_meanwhile() {
         assert_eq!(closed, 0);
         let hdr = info.eh_frame_hdr().unwrap();
         let mapped = is_mapped(hdr.start);
+        // The refresh's own reference keeps the header mapped: a safe slice.
         let version = if mapped {
-            // SAFETY: the header's first byte, on a page `mincore` found
-            // mapped, which the refresh's own reference keeps mapped.
-            unsafe { *(hdr.start as *const u8) }
+            info.eh_frame_hdr_bytes().map_or(0, |b| b[0])
         } else {
             0
         };
@@ -1209,16 +1219,9 @@ fn after_dlclose_a_handler_reads_the_payloads_copy_not_the_unmapped_tables() {
     struct Tables {
         eh_frame_hdr: Vec<u8>,
     }
-    fn build(info: &latchtree::ObjectInfo) -> Tables {
-        let hdr = info.eh_frame_hdr().unwrap_or(0..0);
-        // SAFETY: the refresh holds the object loaded while it builds; the
-        // range lies inside a readable segment.
-        let bytes = unsafe {
-            std::slice::from_raw_parts(
-                std::ptr::with_exposed_provenance::<u8>(hdr.start as usize),
-                (hdr.end - hdr.start) as usize,
-            )
-        };
+    fn build(object: &latchtree::MappedObject<'_>) -> Tables {
+        // The refresh holds the object mapped while it builds.
+        let bytes = object.eh_frame_hdr_bytes().unwrap_or_default();
         Tables {
             eh_frame_hdr: bytes.to_vec(),
         }
@@ -1280,4 +1283,178 @@ fn a_payload_drop_may_query_its_own_index() {
         1,
         "the unloaded object's payload dropped once"
     );
+}
+
+// ------------------------------------------------------------- issue 42
+
+/// The file's bytes of `section`, if it has one.
+fn file_section(file: &Path, section: &str) -> Option<Vec<u8>> {
+    use object::ObjectSection;
+    let data = std::fs::read(file).ok()?;
+    let file = object::File::parse(&*data).ok()?;
+    Some(file.section_by_name(section)?.data().ok()?.to_vec())
+}
+
+/// What the builder below copied, per path: `.eh_frame_hdr` and
+/// `.eh_frame` bytes, whether a writable segment was refused, and whether
+/// the object was held.
+#[derive(Debug, Default)]
+struct Copied {
+    eh_frame_hdr: Vec<u8>,
+    eh_frame: Vec<u8>,
+    writable_refused: bool,
+    held: bool,
+}
+
+/// The builder gets the object's unwind tables as safe slices while the
+/// refresh holds it, the same bytes as the file's sections; a writable
+/// segment is refused with a reason. No `unsafe` in the builder.
+#[test]
+fn a_payload_builder_reads_the_tables_as_slices() {
+    fn build(object: &MappedObject<'_>) -> Copied {
+        let writable = object.segments().iter().find(|s| s.is_writable());
+        let writable_refused = writable.is_none_or(|s| {
+            let refused = object.read(s.range.clone());
+            refused == Err(ReadError::NotReadOnly(s.range.clone()))
+        });
+        Copied {
+            eh_frame_hdr: object.eh_frame_hdr_bytes().unwrap_or_default().to_vec(),
+            eh_frame: object.eh_frame_bytes().unwrap_or_default().to_vec(),
+            writable_refused,
+            held: object.is_held(),
+        }
+    }
+    let _serial = serial();
+    let Some(lib) = TempLibrary::new(b"libslices.so") else {
+        return;
+    };
+    let objects: LoadedObjects<Copied> = LoadedObjects::with_payload(build);
+    let handle = lib.open();
+    let pc = handle.symbol(c"inflate");
+    objects.refresh();
+    let mut checked = 0;
+    for object in objects.objects() {
+        let (info, copied) = (object.info(), object.payload().unwrap());
+        assert!(copied.held && copied.writable_refused, "{copied:?}");
+        if let Some(hdr) = info.eh_frame_hdr() {
+            assert_eq!(copied.eh_frame_hdr.len() as u64, hdr.end - hdr.start);
+            assert_eq!(copied.eh_frame_hdr[0], 1, "version 1");
+        }
+        if info.kind() == ObjectKind::Vdso {
+            continue;
+        }
+        let Some(eh_frame) = file_section(info.path(), ".eh_frame") else {
+            continue;
+        };
+        // The walk ends at the terminator: the section, or less its padding.
+        assert!(!copied.eh_frame.is_empty(), "{}", info.path().display());
+        assert_eq!(
+            copied.eh_frame[..],
+            eh_frame[..copied.eh_frame.len()],
+            "{}",
+            info.path().display()
+        );
+        checked += 1;
+    }
+    assert!(checked >= 3, "the program, libc and the library at least");
+    let id = objects.lookup(pc).unwrap().id();
+    let copied = objects.object(id).unwrap();
+    let hdr = file_section(&lib.path, ".eh_frame_hdr").unwrap();
+    assert_eq!(copied.payload().unwrap().eh_frame_hdr, hdr);
+    handle.close();
+    objects.refresh();
+}
+
+/// `ObjectRef::payload` on a normal thread: the payload of a loaded
+/// object (kept alive by the `ObjectRef`, also past the unload), none for
+/// an unloaded one, none in a `Refresh`'s report.
+#[test]
+fn object_refs_carry_the_payload_of_loaded_objects() {
+    static ALIVE: AtomicUsize = AtomicUsize::new(0);
+    struct Named(PathBuf);
+    impl Drop for Named {
+        fn drop(&mut self) {
+            ALIVE.fetch_sub(1, Relaxed);
+        }
+    }
+    let _serial = serial();
+    let Some(lib) = TempLibrary::new(b"libpayloadref.so") else {
+        return;
+    };
+    let objects: LoadedObjects<Named> = LoadedObjects::with_payload(|object| {
+        ALIVE.fetch_add(1, Relaxed);
+        Named(object.path().to_owned())
+    });
+    let handle = lib.open();
+    let pc = handle.symbol(c"inflate");
+    let first = objects.refresh();
+    let id = objects.lookup(pc).unwrap().id();
+    let reported = first.added.iter().find(|o| o.id() == id).unwrap();
+    assert!(
+        reported.is_loaded() && reported.payload().is_none(),
+        "a report keeps no payload"
+    );
+    let loaded = objects.object(id).unwrap();
+    assert_eq!(loaded.payload().map(|p| &p.0), Some(&lib.path));
+    assert!(
+        objects
+            .objects()
+            .iter()
+            .all(|o| o.payload().is_some_and(|p| p.0 == o.info().path()))
+    );
+    handle.close();
+    let before = ALIVE.load(Relaxed);
+    let second = objects.refresh();
+    assert_eq!(
+        second.removed.iter().map(ObjectRef::id).collect::<Vec<_>>(),
+        [id]
+    );
+    // The `ObjectRef` made while it was loaded keeps the payload.
+    assert_eq!(ALIVE.load(Relaxed), before);
+    assert_eq!(loaded.payload().map(|p| &p.0), Some(&lib.path));
+    let unloaded = objects.object(id).unwrap();
+    assert!(!unloaded.is_loaded() && unloaded.payload().is_none());
+    drop(loaded);
+    assert_eq!(
+        ALIVE.load(Relaxed),
+        before - 1,
+        "dropped with the last ObjectRef"
+    );
+    drop(first);
+    drop(objects);
+    assert_eq!(ALIVE.load(Relaxed), 0);
+}
+
+/// Every real object has an `.eh_frame` or says why not; a refresh reports
+/// none for objects that have one (this process's all do).
+#[test]
+fn try_eh_frame_gives_a_reason_and_a_refresh_reports_it() {
+    let _serial = serial();
+    let objects = LoadedObjects::new();
+    let refresh = objects.refresh();
+    for object in objects.objects() {
+        let info = object.info();
+        match info.try_eh_frame() {
+            Ok(range) => assert_eq!(info.eh_frame(), Some(range)),
+            Err(why) => {
+                assert_eq!(info.eh_frame(), None);
+                let reported = ProblemKind::NoEhFrame(why);
+                assert!(
+                    refresh
+                        .problems
+                        .iter()
+                        .any(|p| p.path() == info.path() && *p.kind() == reported),
+                    "{}: {why} not reported",
+                    info.path().display()
+                );
+            }
+        }
+    }
+    let none = refresh
+        .problems
+        .iter()
+        .filter(|p| matches!(p.kind(), ProblemKind::NoEhFrame(_)));
+    assert_eq!(none.count(), 0, "{:#?}", refresh.problems);
+    assert!(refresh.skipped.is_empty());
+    let _ = EhFrameError::NoHeader.to_string();
 }

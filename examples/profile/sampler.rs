@@ -5,9 +5,10 @@
 //!
 //! Everything the handler needs of an object comes from the index: a
 //! handler section finds each frame's object, and the object's payload is
-//! its unwinder over copies of its `.eh_frame_hdr` and `.eh_frame`, read
-//! from memory when a refresh indexes it and dropped after a grace period
-//! once the object is gone. What the handler needs of its thread (its
+//! its unwinder over copies of its `.eh_frame_hdr` and `.eh_frame`, which
+//! the refresh that indexes it hands the builder as byte slices (it holds
+//! the object mapped meanwhile), dropped after a grace period once the
+//! object is gone. What the handler needs of its thread (its
 //! stack's bounds, framehop's rule cache) arrives with the signal, in the
 //! timer's value. No side table, no
 //! thread-local, no lock, no allocation (framehop's `MustNotAllocate` mode).
@@ -16,7 +17,7 @@ use super::ring::{Frame, Ring, Stack};
 use super::sigprof::{ThreadTimer, interrupted_registers, set_sigprof, stack_bounds, thread_timer};
 use framehop::{CacheNative, ExplicitModuleSectionInfo, FrameAddress, Module};
 use framehop::{MustNotAllocateDuringUnwind as NoAlloc, Unwinder, UnwinderNative};
-use latchtree::{LoadedObjects, ObjectInfo};
+use latchtree::{LoadedObjects, MappedObject};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use std::{io, ops::Range, ptr};
@@ -33,28 +34,14 @@ pub(crate) static OBJECTS: LoadedObjects<Unwind> = LoadedObjects::with_payload(u
 /// The samples, until the main thread drains them.
 pub(crate) static RING: Ring<1024> = Ring::new();
 
-/// The mapped bytes of `range`.
-///
-/// # Safety
-/// `range` lies in a loaded, readable segment that nothing writes, and the
-/// object stays loaded while the slice is used.
-unsafe fn mapped<'a>(range: Range<u64>) -> &'a [u8] {
-    let start = ptr::with_exposed_provenance::<u8>(range.start as usize);
-    // SAFETY: the caller's contract.
-    unsafe { std::slice::from_raw_parts(start, (range.end - range.start) as usize) }
-}
-
 /// Builds the unwinder of one object from copies of its `.eh_frame_hdr`
-/// and `.eh_frame` (both found by the index, with their lengths).
-fn unwinder_for(info: &ObjectInfo) -> Unwind {
-    let (hdr, eh_frame) = (info.eh_frame_hdr()?, info.eh_frame()?);
-    // SAFETY: the builder runs inside `refresh`, which holds the object
-    // loaded while it builds (even if another thread `dlclose`s it); both
-    // tables lie in its readable loaded segments (`ObjectInfo`'s promise),
-    // which the loader no longer writes.
-    let (hdr_bytes, eh_frame_bytes): (Box<[u8]>, Box<[u8]>) =
-        unsafe { (mapped(hdr.clone()).into(), mapped(eh_frame.clone()).into()) };
-    let bias = info.bias();
+/// and `.eh_frame` (both found by the index, with their lengths, and handed
+/// over as bytes while the refresh holds the object mapped).
+fn unwinder_for(object: &MappedObject<'_>) -> Unwind {
+    let (hdr, eh_frame) = (object.eh_frame_hdr()?, object.eh_frame()?);
+    let hdr_bytes: Box<[u8]> = object.eh_frame_hdr_bytes()?.into();
+    let eh_frame_bytes: Box<[u8]> = object.eh_frame_bytes()?.into();
+    let bias = object.bias();
     let svma =
         |start: u64, len: usize| start.wrapping_sub(bias)..start.wrapping_sub(bias) + len as u64;
     let sections = ExplicitModuleSectionInfo {
@@ -64,9 +51,9 @@ fn unwinder_for(info: &ObjectInfo) -> Unwind {
         eh_frame: Some(eh_frame_bytes),
         ..Default::default()
     };
-    let name = info.path().display().to_string();
+    let name = object.path().display().to_string();
     let mut unwinder = UnwinderNative::new();
-    unwinder.add_module(Module::new(name, info.image(), bias, sections));
+    unwinder.add_module(Module::new(name, object.image(), bias, sections));
     Some(unwinder)
 }
 

@@ -32,7 +32,7 @@ use core::ptr::NonNull;
 /// let old = index.insert(0x1000..0x2000, "v1").unwrap();
 /// let new = index.write(|batch| {
 ///     let removed = batch.remove(old).unwrap();
-///     assert_eq!(**removed.value(), "v1");
+///     assert_eq!(*removed, "v1");
 ///     assert!(!batch.contains(old));
 ///     let rejected = batch.insert(0x1800..0x1900, "x");
 ///     assert!(rejected.is_ok(), "the old range is already free in the batch");
@@ -61,6 +61,9 @@ pub struct IndexBatch<'b, T> {
     pub(super) index: &'b AddrIndex<T>,
     pub(super) txn: Txn<'b, Node<T>>,
     pub(super) w: &'b mut Writer<T>,
+    /// Removals for the index's kept store (`kept.rs`), if it keeps any:
+    /// they enter it when the batch commits.
+    pub(super) kept: Option<Vec<Removed<T>>>,
 }
 
 impl<T> fmt::Debug for IndexBatch<'_, T> {
@@ -265,7 +268,7 @@ impl<T> IndexBatch<'_, T> {
     /// let index = latchtree::AddrIndex::new();
     /// let id = index.insert(0..10, 'a').unwrap();
     /// let removed = index.write(|b| b.remove(id)).unwrap();
-    /// assert_eq!(**removed.value(), 'a');
+    /// assert_eq!(*removed, 'a');
     /// ```
     pub fn remove(&mut self, id: ModuleId) -> Option<Removed<T>> {
         let (slot, rec) = self.index.tables[0].locate(id.0)?;
@@ -279,6 +282,9 @@ impl<T> IndexBatch<'_, T> {
             unsafe { self.txn.erase(node) };
         }
         self.w.retired.push(rec);
+        if self.index.kept.keeps() {
+            self.kept.get_or_insert_with(Vec::new).push(Removed::of(r));
+        }
         Some(Removed::of(r))
     }
 
@@ -288,7 +294,7 @@ impl<T> IndexBatch<'_, T> {
     /// let index = latchtree::AddrIndex::new();
     /// let id = index.insert(0..10, 'a').unwrap();
     /// let old = index.write(|b| b.set_value(id, 'b', 7)).unwrap();
-    /// assert_eq!((**old.value(), old.tag()), ('a', 0));
+    /// assert_eq!((*old, old.tag()), ('a', 0));
     /// assert_eq!(index.lookup(5).unwrap().tag(), 7);
     /// ```
     pub fn set_value(

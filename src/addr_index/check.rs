@@ -87,6 +87,25 @@ impl<T: Send + Sync + 'static> AddrIndex<T> {
         if owned != snap.len() {
             return Err("some indexed range belongs to no registered module".into());
         }
-        Ok(())
+        self.check_kept(&live)
+    }
+
+    /// Kept removed modules: none is registered, and a bound holds.
+    fn check_kept(&self, live: &[&(u64, *mut super::record::Record<T>)]) -> Result<(), String> {
+        if !self.kept.keeps() {
+            return Ok(()); // nothing to check, and no lock to take (loom)
+        }
+        let kept = self.kept.ids();
+        if let Some(id) = kept.iter().find(|id| live.iter().any(|l| l.0 == **id)) {
+            return Err(format!(
+                "module #{id} is both registered and kept as removed"
+            ));
+        }
+        match self.kept.keep {
+            super::kept::KeepRemoved::Last(n) if kept.len() > n => {
+                Err(format!("{} removed modules kept, {n} at most", kept.len()))
+            }
+            _ => Ok(()),
+        }
     }
 }

@@ -50,7 +50,7 @@ use core::fmt;
 /// assert_eq!(on_trap(0x1010), Some("out of bounds"));
 /// // Tier-up: the old table is dropped once no section can see it.
 /// let old = CODE.set_value(f, TrapTable { traps: vec![(0x20, "overflow")] }, 0).unwrap();
-/// assert_eq!(old.value().traps[0].1, "out of bounds");
+/// assert_eq!(old.traps[0].1, "out of bounds");
 /// assert_eq!((on_trap(0x1010), on_trap(0x1020)), (None, Some("overflow")));
 /// ```
 #[must_use = "a section protects only the lookups made through it"]

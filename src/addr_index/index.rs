@@ -5,6 +5,7 @@
 //! `batch.rs`'s.
 
 use super::garbage::{Garbage, make_record};
+use super::kept::{KeepRemoved, Kept};
 use super::layout::{Layout, LayoutPolicy};
 use super::record::Record;
 use super::slab::{Node, Slab};
@@ -111,7 +112,7 @@ impl<T> Writer<T> {
 /// // come back.
 /// let optimized = TrapTable { tier: 1, traps: vec![(0x20, "integer overflow")] };
 /// let old = CODE.set_value(f, optimized, 1).map_err(|e| e.to_string()).unwrap();
-/// assert_eq!((old.value().tier, old.tag()), (0, 0));
+/// assert_eq!((old.tier, old.tag()), (0, 0));
 /// assert_eq!(on_trap(0x10_0020), Some("integer overflow"));
 ///
 /// // Unmapping an arena: every function in it goes, in one transaction.
@@ -132,16 +133,15 @@ impl<T> Writer<T> {
 /// ## A sampling profiler that follows `dlopen`/`dlclose`
 ///
 /// The `SIGPROF` handler records `(id, module_offset)` pairs; they are
-/// resolved later, after the library may have been unloaded:
-/// [`remove`](AddrIndex::remove) hands back what the index knew.
+/// resolved later, after the library may have been unloaded: the index
+/// keeps the last removed modules ([`keeping_removed`](AddrIndex::keeping_removed)).
 ///
 /// ```
-/// use latchtree::{AddrIndex, ModuleId, ModuleMeta, Removed};
-/// use std::collections::HashMap;
+/// use latchtree::{AddrIndex, KeepRemoved, ModuleId, ModuleMeta};
 ///
 /// struct Library { name: String }
 ///
-/// static LOADED: AddrIndex<Library> = AddrIndex::new();
+/// static LOADED: AddrIndex<Library> = AddrIndex::keeping_removed(KeepRemoved::Last(256));
 ///
 /// /// The handler's work: async-signal-safe.
 /// fn sample(pc: u64) -> Option<(u64, u64)> {
@@ -153,10 +153,7 @@ impl<T> Writer<T> {
 /// let id = LOADED.insert_module_with([0x7f00_1000..0x7f00_5000], lib, meta).unwrap();
 /// let samples = [sample(0x7f00_1234).unwrap(), sample(0x7f00_4000).unwrap()];
 ///
-/// // dlclose: what the index knew comes back.
-/// let mut unloaded: HashMap<ModuleId, Removed<Library>> = HashMap::new();
-/// let removed = LOADED.remove(id).unwrap();
-/// unloaded.insert(removed.id(), removed);
+/// LOADED.remove(id); // dlclose
 ///
 /// // Later: resolve every sample, whether the library is still loaded or not.
 /// let guard = LOADED.pin();
@@ -166,7 +163,7 @@ impl<T> Writer<T> {
 ///         let id = ModuleId::from_raw(id);
 ///         let name = match LOADED.get(id, &guard) {
 ///             Some(lib) => lib.name.clone(),
-///             None => unloaded[&id].value().name.clone(),
+///             None => LOADED.removed(id).unwrap().name.clone(),
 ///         };
 ///         (name, offset)
 ///     })
@@ -264,6 +261,8 @@ pub struct AddrIndex<T> {
     pub(super) reclaim: Reclaim<Garbage<T>>,
     /// Open handler sections, which keep removed records alive.
     pub(super) sections: Sections,
+    /// Removed modules kept for late samples, if asked (`kept.rs`).
+    pub(super) kept: Kept<T>,
 }
 
 /// One copy's `[lowest start, highest end]`, alone on a pair of cache lines.
@@ -320,6 +319,7 @@ impl<T> AddrIndex<T> {
                 tables: [Table::new(), Table::new()],
                 reclaim: Reclaim::new(Reclaimer::global()),
                 sections: Sections::new(),
+                kept: Kept::new(KeepRemoved::Last(0)),
             }
         }
     }

@@ -11,6 +11,8 @@
 //!   them;
 //! * `module.rs`: what a caller gets of a record ([`ModuleRef`],
 //!   [`Removed`]);
+//! * `kept.rs`: the store of removed modules kept for late samples, if
+//!   asked ([`KeepRemoved`]);
 //! * `slab.rs`: the type-stable range nodes (range, id, base, tag, flags);
 //! * `index.rs`: [`AddrIndex`] itself (its parts, construction, `Drop`);
 //! * `layout/`: where a large tree's nodes lie in memory: when a rebuild
@@ -19,6 +21,8 @@
 //! * `queries.rs`: every read;
 //! * `handler.rs`: reads from a signal handler ([`HandlerSection`]);
 //! * `batch.rs`: the operations inside a write ([`IndexBatch`]);
+//! * `removed.rs`: what an index tells of the removed modules it keeps
+//!   ([`AddrIndex::removed`], [`AddrIndex::forget`]);
 //! * `write.rs`: every write, as one transaction through reclamation's
 //!   (`crate::reclaim`: what a write drops, and when);
 //! * `compact.rs`: giving memory back (`shrink_to_fit`, `&mut self`);
@@ -36,10 +40,12 @@ mod error;
 mod garbage;
 mod handler;
 mod index;
+mod kept;
 mod layout;
 mod module;
 mod queries;
 mod record;
+mod removed;
 mod slab;
 mod table;
 mod types;
@@ -49,6 +55,7 @@ pub use batch::IndexBatch;
 pub use error::{AddrIndexError, InsertError};
 pub use handler::HandlerSection;
 pub use index::AddrIndex;
+pub use kept::KeepRemoved;
 pub use layout::LayoutPolicy;
 pub use module::{ModuleRef, Removed};
 pub use types::{Hit, ModuleId, ModuleMeta, NodeMemory, RawHit, Segment};

@@ -60,6 +60,13 @@ impl<'g, T> ModuleRef<'g, T> {
         &self.rec.value
     }
 
+    /// The module's value as the index shares it: for a front-end that
+    /// hands out owned handles (`LoadedObjects`' `ObjectRef`).
+    #[cfg(all(feature = "objects", target_os = "linux", target_pointer_width = "64"))]
+    pub(crate) fn shared_value(&self) -> &'g Arc<T> {
+        &self.rec.value
+    }
+
     /// The module's segments in address order (see the example on
     /// [`ModuleRef`]).
     pub fn segments(&self) -> &'g [Segment] {
@@ -97,9 +104,12 @@ impl<'g, T> ModuleRef<'g, T> {
 /// Everything the index knew of a module, or of a module's version, that
 /// it no longer holds: what [`AddrIndex::remove`](crate::AddrIndex::remove)
 /// and [`set_value`](crate::AddrIndex::set_value) return (for `set_value`:
-/// the old value and tag, with the ranges and base, which it keeps). A profiler
-/// resolves a late `(id, module_offset)` sample with it, no side table
-/// needed.
+/// the old value and tag, with the ranges and base, which it keeps). A
+/// profiler resolves a late `(id, module_offset)` sample with it: the
+/// caller keeps each `Removed` for as long as samples may name the module,
+/// or lets an index made with
+/// [`keeping_removed`](crate::AddrIndex::keeping_removed) keep them and
+/// asks it ([`AddrIndex::removed`](crate::AddrIndex::removed)).
 ///
 /// The value is shared (an [`Arc`]) with readers that may still see the
 /// module through their guard; it is dropped when the last of them and this
@@ -130,6 +140,28 @@ pub struct Removed<T> {
     pub(crate) segments: Segments,
     pub(crate) base: u64,
     pub(crate) tag: u64,
+}
+
+/// Another handle on the same removed module: its value shared (an `Arc`
+/// clone), the rest copied.
+///
+/// ```
+/// let index = latchtree::AddrIndex::new();
+/// let id = index.insert(0..10, 'a').unwrap();
+/// let removed = index.remove(id).unwrap();
+/// let again = removed.clone();
+/// assert!(std::sync::Arc::ptr_eq(removed.value(), again.value()));
+/// ```
+impl<T> Clone for Removed<T> {
+    fn clone(&self) -> Self {
+        Removed {
+            id: self.id,
+            value: Arc::clone(&self.value),
+            segments: self.segments.clone(),
+            base: self.base,
+            tag: self.tag,
+        }
+    }
 }
 
 impl<T> Removed<T> {

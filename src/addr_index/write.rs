@@ -25,6 +25,7 @@ use super::batch::{IndexBatch, prepare};
 use super::error::InsertError;
 use super::garbage::Garbage;
 use super::index::{AddrIndex, Ending, Writer};
+use super::kept::drop_after_write;
 use super::module::Removed;
 use super::slab::Node;
 use super::table::Dirty;
@@ -126,7 +127,9 @@ impl<T: Send + Sync + 'static> AddrIndex<T> {
     /// assert_eq!(index.lookup(0x5800).map(|h| h.id()), Some(new));
     /// ```
     pub fn write<R>(&self, f: impl FnOnce(&mut IndexBatch<'_, T>) -> R) -> R {
-        self.transact(|txn, w, end| {
+        // What the kept store lets go of, if it keeps any (`kept.rs`).
+        let mut evicted = None;
+        let r = self.transact(|txn, w, end| {
             w.dirty = Dirty::new();
             // Cleared, and past a large batch given back down to a small
             // capacity (writes of one module never grow them past it).
@@ -138,15 +141,25 @@ impl<T: Send + Sync + 'static> AddrIndex<T> {
                 index: self,
                 txn: txn.reborrow(),
                 w,
+                kept: None,
             };
             let r = f(&mut batch);
             batch.settle();
+            // Kept removals enter the store before the flips that take
+            // the modules out (`kept.rs`).
+            if let Some(removed) = batch.kept.take() {
+                evicted = Some(self.kept.commit(removed));
+            }
             let w = batch.w;
             end.set(Ending::Commit(w.dirty));
             // Committed: the records made are the index's for good.
             w.created.clear();
             r
-        })
+        });
+        if let Some(evicted) = evicted {
+            drop_after_write(evicted);
+        }
+        r
     }
 
     /// Drops what earlier writes removed (the index's reference to each
@@ -381,7 +394,7 @@ impl<T: Send + Sync + 'static> AddrIndex<T> {
     /// let index = AddrIndex::new();
     /// let id = index.insert(0..10, "baseline").unwrap();
     /// let old = index.set_value(id, "optimized", 2).unwrap();
-    /// assert_eq!((**old.value(), old.tag()), ("baseline", 0));
+    /// assert_eq!((*old, old.tag()), ("baseline", 0));
     /// let guard = index.pin();
     /// let hit = index.module_address(5, &guard).unwrap();
     /// assert_eq!((hit.id(), *hit.value(), hit.tag()), (id, "optimized", 2));

@@ -20,6 +20,10 @@
 //! version use [`LatchTree::snapshot`]. No step allocates; with no writer a
 //! step is a few link loads and one counter re-check.
 //!
+//! Walking an unbounded end calls no `Ord` (as `BTreeMap`'s iteration
+//! calls none); bounds, the point where a walk from both ends meets, and a
+//! step after a concurrent write (it seeks again by key) compare keys.
+//!
 //! A bounded end (`..=hi`) is resolved when the range is made, to the last
 //! entry at or below `hi` then: the front stops there. Entries inserted
 //! above it later were not present for the whole walk, so not yielding them
@@ -209,6 +213,26 @@ struct End<'g, K, V> {
 /// let rest: Vec<_> = it.map(|(k, _)| *k).collect();
 /// assert!(rest == [3] || rest == [2, 3]);
 /// ```
+///
+/// # No exact size
+///
+/// `size_hint` is `(0, None)`, and the iterators are not
+/// `ExactSizeIterator`, unlike `BTreeMap`'s: each step reads the latest
+/// version, so how many entries a walk yields is known only when it ends
+/// (entries ahead of it may be removed, or inserted, while it runs). A
+/// bound read from the tree when the walk began would be broken by the
+/// next write. For an exact count, walk one version:
+/// [`snapshot`](LatchTree::snapshot) is a `Vec`.
+///
+/// ```
+/// let tree: latchtree::LatchTree<_, _> = (0..4).map(|k| (k, ())).collect();
+/// let guard = latchtree::pin();
+/// let it = tree.iter(&guard);
+/// assert_eq!(it.size_hint(), (0, None));
+/// tree.insert(9, ()); // ahead of the walk: yielded
+/// assert_eq!(it.count(), 5);
+/// assert_eq!(tree.snapshot(&guard).into_iter().len(), 5);
+/// ```
 pub struct Range<'g, K, V> {
     tree: &'g LatchTree<K, V>,
     front: End<'g, K, V>,
@@ -231,9 +255,16 @@ impl<'g, K: Ord, V> Range<'g, K, V> {
         last: Option<Cursor<'g, Node<K, V>>>,
         (lo_bounded, hi_bounded): (bool, bool),
     ) -> Self {
+        // Keys are compared only when both ends are bounded (an inverted
+        // range is empty): walking an unbounded end never calls `Ord`, as
+        // `BTreeMap`'s iteration never does (one that lies would otherwise
+        // make a whole tree look empty).
+        let inverted = |f: Cursor<'g, Node<K, V>>, l: Cursor<'g, Node<K, V>>| {
+            lo_bounded && hi_bounded && f.node().key > l.node().key
+        };
         let empty = (lo_bounded && first.is_none())
             || (hi_bounded && last.is_none())
-            || matches!((first, last), (Some(f), Some(l)) if f.node().key > l.node().key);
+            || matches!((first, last), (Some(f), Some(l)) if inverted(f, l));
         let end = |bounded: bool, at: Option<Cursor<'g, Node<K, V>>>| match (empty, bounded, at) {
             (false, true, Some(c)) => End {
                 next: Next::First(c),

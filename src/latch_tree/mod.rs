@@ -155,6 +155,13 @@ type Writer<K, V> = Pending<NonNull<Node<K, V>>>;
 /// internal lock and never wait for readers. See the [crate docs](crate) for
 /// how it works and what it guarantees.
 ///
+/// **Porting from `BTreeMap` or `SkipMap`?** Read
+/// [`guide::from_btreemap`](crate::guide::from_btreemap) first: reads take a
+/// guard, `insert` replaces the key too and returns no old value,
+/// iterators see concurrent writes and have no exact size, an inverted
+/// `range` is empty rather than a panic, and removed entries are dropped
+/// later.
+///
 /// # Examples
 ///
 /// ```

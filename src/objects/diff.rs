@@ -1,7 +1,12 @@
 //! The difference between what the index holds and what a scan found.
+//!
+//! Every refresh that rescans runs it over every loaded object: a hash map
+//! with a multiply-rotate hasher (the keys are the loader's objects, not
+//! an adversary's), one entry a key, no allocation a key.
 
+use core::hash::{BuildHasherDefault, Hash, Hasher};
 use std::collections::HashMap;
-use std::hash::Hash;
+use std::collections::hash_map::Entry;
 
 /// What changed between two sets of objects.
 #[derive(Debug, PartialEq, Eq)]
@@ -10,6 +15,32 @@ pub(crate) struct Diff<Id> {
     pub(crate) added: Vec<usize>,
     /// The known objects the scan no longer shows (sorted).
     pub(crate) removed: Vec<Id>,
+}
+
+/// A fast hasher for a few words (FxHash's step).
+#[derive(Default)]
+struct Fx(u64);
+
+impl Hasher for Fx {
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut word = [0u8; 8];
+            word[..chunk.len()].copy_from_slice(chunk);
+            self.write_u64(u64::from_ne_bytes(word));
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+
+    fn write_usize(&mut self, n: usize) {
+        self.write_u64(n as u64);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
 }
 
 /// Matches the objects a scan found (`current`, by key) against the known
@@ -21,20 +52,34 @@ pub(crate) fn diff<K, Id>(
     current: impl IntoIterator<Item = K>,
 ) -> Diff<Id>
 where
-    K: Hash + Eq,
+    K: Hash + Eq + Copy,
     Id: Ord,
 {
-    let mut unmatched: HashMap<K, Vec<Id>> = HashMap::new();
+    let known = known.into_iter();
+    // One id a key; the rare second sighting of a key waits in `more`.
+    let mut first: HashMap<K, Id, BuildHasherDefault<Fx>> =
+        HashMap::with_capacity_and_hasher(known.size_hint().0, Default::default());
+    let mut more: Vec<(K, Id)> = Vec::new();
     for (key, id) in known {
-        unmatched.entry(key).or_default().push(id);
+        match first.entry(key) {
+            Entry::Occupied(_) => more.push((key, id)),
+            Entry::Vacant(v) => {
+                v.insert(id);
+            }
+        }
     }
     let mut added = Vec::new();
     for (i, key) in current.into_iter().enumerate() {
-        if unmatched.get_mut(&key).and_then(Vec::pop).is_none() {
+        if first.remove(&key).is_none() {
             added.push(i);
+        } else if let Some(j) = more.iter().position(|(k, _)| *k == key) {
+            let (k, id) = more.swap_remove(j);
+            first.insert(k, id);
         }
     }
-    let mut removed: Vec<Id> = unmatched.into_values().flatten().collect();
+    let mut removed: Vec<Id> = (first.into_values())
+        .chain(more.into_iter().map(|(_, id)| id))
+        .collect();
     removed.sort_unstable();
     Diff { added, removed }
 }

@@ -76,11 +76,38 @@ pub(crate) fn available() -> bool {
 }
 
 impl UnindexedObject {
+    /// An `UnindexedObject` made of its parts: what a sample ring stored of
+    /// one that [`LoadedObjects::unindexed`](crate::LoadedObjects::unindexed)
+    /// returned in a handler (the span and the header's address, plain
+    /// numbers), rebuilt on a normal thread to [`matches`](Self::matches)
+    /// it against the objects a later refresh indexed.
+    ///
+    /// ```
+    /// use latchtree::{LoadedObjects, UnindexedObject};
+    /// let objects = LoadedObjects::new();
+    /// objects.refresh();
+    /// let pc = main as *const () as u64;
+    /// if let Some(seen) = LoadedObjects::unindexed(pc) {
+    ///     // In the handler: two or three words into the ring.
+    ///     let stored = (seen.map.start, seen.map.end, seen.eh_frame_hdr.unwrap_or(0));
+    ///     // Later, on a normal thread:
+    ///     let hdr = (stored.2 != 0).then_some(stored.2);
+    ///     let again = UnindexedObject::new(stored.0..stored.1, hdr);
+    ///     assert_eq!(again, seen);
+    ///     let id = objects.lookup(pc).unwrap().id();
+    ///     assert!(again.matches(objects.object(id).unwrap().info()));
+    /// }
+    /// ```
+    pub fn new(map: Range<u64>, eh_frame_hdr: Option<u64>) -> UnindexedObject {
+        UnindexedObject { map, eh_frame_hdr }
+    }
+
     /// Whether `info` (an object a later refresh indexed) is this object:
     /// the same mapped start and `.eh_frame_hdr`. What a profiler needs to
     /// attribute a sample taken while the object was not indexed yet (its
     /// constructors running inside `dlopen`) once it is: record this in the
-    /// handler, match it on a normal thread (issue 25).
+    /// handler, match it on a normal thread (rebuilt with
+    /// [`new`](Self::new) if the ring stored plain numbers).
     ///
     /// ```
     /// let objects = latchtree::LoadedObjects::new();

@@ -4,8 +4,9 @@
 //! object no refresh has indexed yet ([`find`](super::find)).
 
 use super::find::{self, UnindexedObject};
+use super::hit::ObjectHit;
+use super::index::{Entry, LoadedObjects};
 use super::info::ObjectInfo;
-use super::{Entry, LoadedObjects, ObjectHit};
 use crate::addr_index::{HandlerSection, ModuleId};
 use core::fmt;
 

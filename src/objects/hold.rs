@@ -1,7 +1,8 @@
-//! A loader reference on an object while a refresh builds its payload
-//! (issue 25, finding 6): the user's builder may read the object's memory
-//! (its unwind tables), and a `dlclose` on another thread between the scan
-//! and the build would otherwise unmap it under the builder.
+//! A loader reference on an object while a refresh reads it and builds its
+//! payload: the refresh walks the object's `.eh_frame`, the user's builder
+//! reads its tables ([`MappedObject`](super::MappedObject)), and a
+//! `dlclose` on another thread between the scan and the build would
+//! otherwise unmap it under them.
 //!
 //! `dlopen(name, RTLD_NOLOAD)` takes a reference on an object that is
 //! still loaded, and loads nothing (so it runs no constructor); the link
@@ -28,16 +29,40 @@ unsafe extern "C" {
     fn dlinfo(handle: *mut c_void, request: c_int, info: *mut c_void) -> c_int;
 }
 
-/// A reference on a loaded object (none for the main program and the
-/// vDSO, which are never unmapped); `dlclose`d when dropped.
+/// What keeps an object mapped while a refresh looks at it.
 #[derive(Debug)]
-pub(crate) struct LoaderRef(Option<NonNull<c_void>>);
+enum Hold {
+    /// A `dlopen` reference of the refresh's own.
+    Reference(NonNull<c_void>),
+    /// Nothing needed: the main program and the vDSO are never unmapped.
+    Permanent,
+    /// Nothing: indexed, but its memory may go at any moment (another
+    /// `dlmopen` namespace; a loader that cannot tell; the synthetic
+    /// objects of the unit tests, which are not loaded at all).
+    Unheld,
+}
+
+/// A reference on a loaded object (or the knowledge that it needs none, or
+/// that none could be had); `dlclose`d when dropped.
+#[derive(Debug)]
+pub(crate) struct LoaderRef(Hold);
 
 impl LoaderRef {
-    /// No reference (an object that is never unmapped, or not loaded at
-    /// all: the synthetic scans of the unit tests).
-    pub(crate) fn none() -> LoaderRef {
-        LoaderRef(None)
+    /// Indexed without keeping it mapped: nothing of its memory may be
+    /// read past the loader's lock.
+    pub(crate) fn unheld() -> LoaderRef {
+        LoaderRef(Hold::Unheld)
+    }
+
+    /// None needed: the object is never unmapped (the main program, the
+    /// vDSO; the unit tests' objects in memory of their own).
+    pub(crate) fn permanent() -> LoaderRef {
+        LoaderRef(Hold::Permanent)
+    }
+
+    /// Whether the object's memory stays mapped while this lives.
+    pub(crate) fn keeps_mapped(&self) -> bool {
+        !matches!(self.0, Hold::Unheld)
     }
 
     /// A reference on `info`'s object if it is still loaded as the scan saw
@@ -48,14 +73,14 @@ impl LoaderRef {
     /// call it with no lock of the index held.
     pub(crate) fn hold(info: &ObjectInfo) -> Option<LoaderRef> {
         if info.kind() != ObjectKind::Library {
-            return Some(LoaderRef::none());
+            return Some(LoaderRef::permanent());
         }
         let name = CString::new(info.loader_name().as_encoded_bytes()).ok()?;
         // SAFETY: a NUL-terminated name; `RTLD_NOLOAD` loads nothing, so no
         // constructor runs, and only adds a reference to a loaded object.
         let handle = unsafe { libc::dlopen(name.as_ptr(), libc::RTLD_NOLOAD | libc::RTLD_LAZY) };
         match NonNull::new(handle) {
-            Some(h) => LoaderRef(Some(h)).if_same(info),
+            Some(h) => LoaderRef(Hold::Reference(h)).if_same(info),
             None => LoaderRef::unnamed(info),
         }
     }
@@ -69,8 +94,8 @@ impl LoaderRef {
     fn unnamed(info: &ObjectInfo) -> Option<LoaderRef> {
         let start = info.segments().first()?.range.start;
         match super::find::find(start) {
-            Some(o) => o.matches(info).then_some(LoaderRef::none()),
-            None if !super::find::available() => Some(LoaderRef::none()),
+            Some(o) => o.matches(info).then_some(LoaderRef::unheld()),
+            None if !super::find::available() => Some(LoaderRef::unheld()),
             None => None,
         }
     }
@@ -81,7 +106,10 @@ impl LoaderRef {
     fn if_same(self, info: &ObjectInfo) -> Option<LoaderRef> {
         let handle = self;
         let mut map: *mut LinkMap = core::ptr::null_mut();
-        let h = handle.0.map_or(core::ptr::null_mut(), NonNull::as_ptr);
+        let Hold::Reference(h) = handle.0 else {
+            return Some(handle);
+        };
+        let h = h.as_ptr();
         // SAFETY: `h` is a handle we hold; `RTLD_DI_LINKMAP` stores a
         // `struct link_map *` through the pointer it is given.
         let ok = unsafe { dlinfo(h, RTLD_DI_LINKMAP, (&raw mut map).cast()) } == 0;
@@ -95,7 +123,7 @@ impl LoaderRef {
 
 impl Drop for LoaderRef {
     fn drop(&mut self) {
-        if let Some(h) = self.0 {
+        if let Hold::Reference(h) = self.0 {
             // SAFETY: a handle `dlopen` gave us, closed once. The object may
             // be unloaded now (its destructors run here, on this thread):
             // the caller holds no lock of the index.

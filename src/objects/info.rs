@@ -1,8 +1,9 @@
 //! What the index knows of one loaded object: [`ObjectInfo`], made from
 //! what a scan found ([`Scanned`]).
 
+use super::eh_frame::EhFrameError;
 use super::note::BuildId;
-use super::problem::ProblemKind;
+use super::problem::{Problem, ProblemKind};
 use super::scan::{Scanned, Unwind};
 use super::segment::{LoadSegment, ObjectKind};
 use core::ops::Range;
@@ -35,6 +36,8 @@ pub struct ObjectInfo {
     pub(crate) segments: Box<[LoadSegment]>,
     pub(crate) build_id: Option<BuildId>,
     pub(crate) unwind: Unwind,
+    /// Walked by the refresh that indexed the object, while it held it.
+    pub(crate) eh_frame: Result<Range<u64>, EhFrameError>,
 }
 
 impl ObjectInfo {
@@ -107,18 +110,21 @@ impl ObjectInfo {
     /// loaded segment: what a DWARF unwinder (or `_dl_find_object`'s
     /// `dlfo_eh_frame`) starts from. Read from the program headers in
     /// memory, so the vDSO has it too. Readable only while the object is
-    /// loaded (see [`eh_frame`](ObjectInfo::eh_frame)).
+    /// loaded: a payload builder gets its bytes
+    /// ([`MappedObject::eh_frame_hdr_bytes`](crate::MappedObject::eh_frame_hdr_bytes));
+    /// see [`eh_frame`](ObjectInfo::eh_frame).
     ///
     /// ```
-    /// let objects = latchtree::LoadedObjects::new();
-    /// objects.refresh();
-    /// let hit = objects.lookup(main as *const () as u64).unwrap();
-    /// let info = objects.object(hit.id()).unwrap().info().clone();
+    /// use latchtree::{LoadedObjects, MappedObject};
+    /// static OBJECTS: LoadedObjects<Option<u8>> =
+    ///     LoadedObjects::with_payload(|o: &MappedObject<'_>| Some(o.eh_frame_hdr_bytes()?[0]));
+    /// OBJECTS.refresh();
+    /// let section = OBJECTS.handler_section();
+    /// let object = section.lookup(main as *const () as u64).unwrap();
+    /// let (info, version) = (object.info(), *object.payload());
     /// let hdr = info.eh_frame_hdr().expect("Rust programs have unwind tables");
     /// assert!(info.image().start <= hdr.start && hdr.end <= info.image().end);
-    /// // SAFETY (of the example): the range is mapped and readable while the object is loaded.
-    /// let version = unsafe { *(hdr.start as *const u8) };
-    /// assert_eq!(version, 1, "eh_frame_hdr version 1");
+    /// assert_eq!(version, Some(1), "eh_frame_hdr version 1");
     /// ```
     pub fn eh_frame_hdr(&self) -> Option<Range<u64>> {
         self.unwind.eh_frame_hdr.clone()
@@ -127,15 +133,18 @@ impl ObjectInfo {
     /// Where the object's `.eh_frame` section is mapped, with its length:
     /// found from the `.eh_frame_hdr` (its encoded `eh_frame_ptr`) and the
     /// section's records (walked to the zero terminator, within a readable
-    /// loaded segment), in memory at refresh time. What a DWARF unwinder
-    /// reads CIEs and FDEs from; `None` without a header, or with one this
-    /// crate cannot decode.
+    /// loaded segment), in memory, by the refresh that indexed the object.
+    /// What a DWARF unwinder reads CIEs and FDEs from; `None` without a
+    /// header, or with one this crate cannot decode:
+    /// [`try_eh_frame`](ObjectInfo::try_eh_frame) says which, and the
+    /// refresh reported it ([`ProblemKind::NoEhFrame`](crate::ProblemKind::NoEhFrame)).
     ///
     /// Like every range here it is an address range in the object's
-    /// mapping: readable only while the object is loaded. A refresh keeps
-    /// the object loaded while it builds payloads, so a payload builder may
-    /// copy the tables; a signal handler must read that copy, not this
-    /// range (the object may have been `dlclose`d since the last refresh).
+    /// mapping: readable only while the object is loaded. A payload builder
+    /// gets its bytes ([`MappedObject::eh_frame_bytes`](crate::MappedObject::eh_frame_bytes))
+    /// while the refresh holds the object mapped; a signal handler must
+    /// read a copy made then, not this range (the object may have been
+    /// `dlclose`d since the last refresh).
     ///
     /// ```
     /// let objects = latchtree::LoadedObjects::new();
@@ -147,7 +156,25 @@ impl ObjectInfo {
     /// assert!(eh_frame.end - eh_frame.start >= 4, "at least a terminator");
     /// ```
     pub fn eh_frame(&self) -> Option<Range<u64>> {
-        self.unwind.eh_frame.clone()
+        self.eh_frame.clone().ok()
+    }
+
+    /// [`eh_frame`](ObjectInfo::eh_frame), or why the object has none.
+    ///
+    /// ```
+    /// use latchtree::EhFrameError;
+    /// let objects = latchtree::LoadedObjects::new();
+    /// objects.refresh();
+    /// for object in objects.objects() {
+    ///     match object.info().try_eh_frame() {
+    ///         Ok(range) => assert!(range.end - range.start >= 4),
+    ///         Err(EhFrameError::NoHeader) => assert!(object.info().eh_frame_hdr().is_none()),
+    ///         Err(why) => println!("{}: {why}", object.info().path().display()),
+    ///     }
+    /// }
+    /// ```
+    pub fn try_eh_frame(&self) -> Result<Range<u64>, EhFrameError> {
+        self.eh_frame.clone()
     }
 
     /// Where the object's `.sframe` section is mapped (its `PT_GNU_SFRAME`
@@ -187,12 +214,24 @@ impl ObjectInfo {
 /// between two refreshes: the loader's name, the bias, the segments and the
 /// build id. (An object unloaded and loaded again between two refreshes at
 /// the same address from the same file is the same object.)
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Identity<'a> {
     loader_name: &'a [u8],
     bias: u64,
     segments: &'a [LoadSegment],
     build_id: Option<&'a BuildId>,
+}
+
+/// Hashes what tells objects apart cheaply (the bias, where the first
+/// segment starts, how many there are, the name's length); equality
+/// compares the rest. Every refresh hashes every loaded object twice.
+impl core::hash::Hash for Identity<'_> {
+    fn hash<H: core::hash::Hasher>(&self, state: &mut H) {
+        state.write_u64(self.bias);
+        state.write_u64(self.segments.first().map_or(0, |s| s.range.start));
+        state.write_usize(self.segments.len());
+        state.write_usize(self.loader_name.len());
+    }
 }
 
 impl Scanned {
@@ -215,6 +254,15 @@ impl ObjectInfo {
             bias: self.bias,
             segments: &self.segments,
             build_id: self.build_id.as_ref(),
+        }
+    }
+
+    /// A problem with this object.
+    pub(crate) fn problem(&self, kind: ProblemKind) -> Problem {
+        Problem {
+            path: self.path().into(),
+            bias: self.bias(),
+            kind,
         }
     }
 
@@ -265,6 +313,13 @@ impl ObjectInfo {
         if path.to_str().is_none() {
             problems.push(ProblemKind::PathNotUtf8);
         }
+        // Walked once the refresh holds the object (`refresh.rs`), where
+        // there is a header to walk from: `Unloaded` until then.
+        let eh_frame = match (&unwind.eh_frame_hdr, unwind.merged) {
+            (None, _) => Err(EhFrameError::NoHeader),
+            (Some(_), true) => Err(EhFrameError::OverlappingSegments),
+            (Some(_), false) => Err(EhFrameError::Unloaded),
+        };
         let info = ObjectInfo {
             path: path.into_boxed_path(),
             loader_name: loader_name.into_boxed_os_str(),
@@ -273,6 +328,7 @@ impl ObjectInfo {
             segments: segments.into_boxed_slice(),
             build_id,
             unwind,
+            eh_frame,
         };
         (info, problems)
     }

@@ -1,5 +1,6 @@
 //! What a refresh found odd: [`Problem`] and [`ProblemKind`].
 
+use super::eh_frame::EhFrameError;
 use super::note::NoteError;
 use core::fmt;
 use core::ops::Range;
@@ -105,6 +106,10 @@ pub enum ProblemKind {
     /// it is left out, tried again on every rescan (the other object may be
     /// gone by then) and not reported again while it stays.
     Rejected(crate::addr_index::AddrIndexError),
+    /// The object has no [`ObjectInfo::eh_frame`](crate::ObjectInfo::eh_frame),
+    /// for this reason: a DWARF unwinder has nothing to read for it. It is
+    /// indexed all the same.
+    NoEhFrame(EhFrameError),
 }
 
 impl fmt::Display for ProblemKind {
@@ -129,6 +134,7 @@ impl fmt::Display for ProblemKind {
             ProblemKind::PathNotUtf8 => f.write_str("path is not UTF-8 (kept as bytes)"),
             ProblemKind::NoPath => f.write_str("the loader gives it no name"),
             ProblemKind::Rejected(e) => write!(f, "not indexed: {e}"),
+            ProblemKind::NoEhFrame(e) => write!(f, "no .eh_frame: {e}"),
         }
     }
 }

@@ -2,16 +2,19 @@
 //!
 //! The callback runs with the dynamic loader's lock held, so the objects it
 //! is shown cannot be unloaded while it looks at them: that is the only
-//! moment their memory (the build-id notes) may be read. It copies out the
-//! headers it needs, reads the notes, and returns; files are looked at later
-//! ([`super::info`]), outside the loader's lock.
+//! moment their memory (the build-id notes) may be read without a
+//! reference of one's own. It copies out the headers it needs, reads the
+//! notes, and returns; files are looked at later ([`super::info`]), outside
+//! the loader's lock. It reads no `.eh_frame`: a refresh walks only the
+//! objects new to the index, once it holds each one mapped (or, for one it
+//! cannot hold, in a second pass over just those: [`eh_frames`]).
 //!
 //! Everything the callback decides is in [`parse_object`], a pure function
 //! over program headers and a [`ObjectMemory`], so that odd input (no
 //! `PT_LOAD`, empty or overlapping segments, broken notes) is tested with
 //! synthetic headers.
 
-use super::eh_frame::eh_frame_of;
+use super::eh_frame::{EhFrameError, eh_frame_of};
 use super::note::{BuildId, NoteError, find_build_id};
 use super::problem::ProblemKind;
 use super::segment::{LoadSegment, ObjectKind, ObjectMemory};
@@ -104,10 +107,12 @@ impl Landmarks {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub(crate) struct Unwind {
     pub(crate) eh_frame_hdr: Option<Range<u64>>,
-    /// Found from the header, in memory, during the scan (`eh_frame`).
-    pub(crate) eh_frame: Option<Range<u64>>,
     pub(crate) sframe: Option<Range<u64>>,
     pub(crate) image: Range<u64>,
+    /// Overlapping `PT_LOAD`s were merged: a "readable" merged segment may
+    /// hold unreadable pages (the loader maps the later one over the
+    /// overlap), so nothing of the object's memory is read past the scan.
+    pub(crate) merged: bool,
 }
 
 /// One object as the loader shows it, with what [`parse_object`] made of
@@ -258,24 +263,14 @@ pub(crate) unsafe fn parse_object(
         }
         _ => 0..0,
     };
-    let eh_frame_hdr = table(PT_GNU_EH_FRAME);
     // Merged overlapping segments carry the union of their flags, but the
-    // loader maps the later one over the overlap: a "readable" merged
-    // segment may hold unreadable pages (review), so no walk then.
-    let overlapped =
-        (problems.iter()).any(|p| matches!(p, ProblemKind::OverlappingSegments { .. }));
-    let eh_frame = match &eh_frame_hdr {
-        // `eh_frame_of` reads only inside readable segments of `segments`;
-        // with no overlap each is exactly one readable `PT_LOAD` of `headers`.
-        // SAFETY: so our caller makes `memory.read` sound for those reads.
-        Some(h) if !overlapped => unsafe { eh_frame_of(h, &segments, memory) },
-        _ => None,
-    };
+    // loader maps the later one over the overlap.
+    let merged = (problems.iter()).any(|p| matches!(p, ProblemKind::OverlappingSegments { .. }));
     let unwind = Unwind {
-        eh_frame_hdr,
-        eh_frame,
+        eh_frame_hdr: table(PT_GNU_EH_FRAME),
         sframe: table(PT_GNU_SFRAME),
         image,
+        merged,
     };
     Scanned {
         loader_name: loader_name.into(),
@@ -327,18 +322,64 @@ pub(crate) struct Scan {
     pub(crate) counters: Option<LoadCounters>,
 }
 
+/// An object a refresh indexes without a reference that keeps it mapped
+/// (`hold.rs`: another `dlmopen` namespace, or a loader that cannot tell):
+/// its `.eh_frame` is walked under the loader's lock, by [`eh_frames`].
+#[derive(Debug)]
+pub(crate) struct Unheld<'a> {
+    pub(crate) loader_name: &'a [u8],
+    pub(crate) bias: u64,
+    /// As the scan found them: the object must still have exactly these.
+    pub(crate) segments: &'a [LoadSegment],
+    pub(crate) eh_frame_hdr: Range<u64>,
+    /// What the pass found: [`EhFrameError::Unloaded`] if the object is
+    /// gone.
+    pub(crate) eh_frame: Result<Range<u64>, EhFrameError>,
+    found: bool,
+}
+
+impl<'a> Unheld<'a> {
+    /// One to look for.
+    pub(crate) fn new(
+        loader_name: &'a [u8],
+        bias: u64,
+        segments: &'a [LoadSegment],
+        eh_frame_hdr: Range<u64>,
+    ) -> Self {
+        Unheld {
+            loader_name,
+            bias,
+            segments,
+            eh_frame_hdr,
+            eh_frame: Err(EhFrameError::Unloaded),
+            found: false,
+        }
+    }
+}
+
+/// What a pass does with each object.
+enum Mode<'w, 'a> {
+    /// Read the loader's counters (at the first object) and stop.
+    Counters,
+    /// Parse every object into the scan.
+    Objects,
+    /// Walk the `.eh_frame` of these objects only.
+    EhFrames(&'w mut [Unheld<'a>]),
+}
+
 /// The callback's state.
-struct Pass {
+struct Pass<'w, 'a> {
     scan: Scan,
-    /// Stop after reading the counters.
-    counters_only: bool,
+    mode: Mode<'w, 'a>,
+    /// How many objects the loader showed so far.
+    seen: usize,
     landmarks: Landmarks,
     /// Reused for each object's headers.
     headers: Vec<ProgramHeader>,
 }
 
-/// Reads notes straight from this process's memory.
-struct LoadedMemory;
+/// Reads straight from this process's memory.
+pub(crate) struct LoadedMemory;
 
 impl ObjectMemory for LoadedMemory {
     unsafe fn read(&self, addr: u64, len: usize) -> Option<&[u8]> {
@@ -385,13 +426,14 @@ unsafe extern "C" fn on_object(
     // synchronously on this thread while `pass` is blocked in it; nothing else touches the `Pass`
     // meanwhile.
     // SAFETY: so this is the only reference to the `Pass`.
-    let pass = unsafe { &mut *data.cast::<Pass>() };
-    let first = pass.scan.objects.is_empty();
+    let pass = unsafe { &mut *data.cast::<Pass<'_, '_>>() };
+    let first = pass.seen == 0;
+    pass.seen += 1;
     if first {
         // SAFETY: `info` and `size` come straight from dl_iterate_phdr.
         pass.scan.counters = unsafe { counters_of(info, size) };
     }
-    if pass.counters_only {
+    if matches!(pass.mode, Mode::Counters) {
         return 1; // non-zero stops the iteration
     }
     // SAFETY: `info` is valid for the callback; these four fields are the first of `dl_phdr_info`,
@@ -410,6 +452,17 @@ unsafe extern "C" fn on_object(
         // SAFETY: `dlpi_name` is a NUL-terminated string owned by the
         // loader, alive while the object is loaded, so for this callback.
         unsafe { CStr::from_ptr(name) }.to_bytes()
+    };
+    let wanted = match &mut pass.mode {
+        Mode::EhFrames(wanted) => {
+            let i =
+                (wanted.iter()).position(|w| !w.found && w.bias == bias && w.loader_name == name);
+            match i {
+                Some(i) => Some(&mut wanted[i]),
+                None => return 0, // not one of those
+            }
+        }
+        _ => None,
     };
     let headers: &[libc::Elf64_Phdr] = if phdr.is_null() || phnum == 0 {
         &[]
@@ -436,21 +489,32 @@ unsafe extern "C" fn on_object(
             &LoadedMemory,
         )
     };
-    pass.scan.objects.push(object);
+    match wanted {
+        None => pass.scan.objects.push(object),
+        Some(w) if object.segments == w.segments && !object.unwind.merged => {
+            w.found = true;
+            // `eh_frame_of` reads only inside readable segments of `object.segments`, each exactly
+            // one readable PT_LOAD of this object's headers (none was merged), which the loader's
+            // lock keeps mapped during this callback, as for `parse_object` above.
+            // SAFETY: so `LoadedMemory`'s reads are sound during the walk.
+            w.eh_frame = unsafe { eh_frame_of(&w.eh_frame_hdr, &object.segments, &LoadedMemory) };
+        }
+        Some(_) => {} // another object now has its name and bias
+    }
     0
 }
 
 /// One `dl_iterate_phdr` pass.
-fn pass(counters_only: bool) -> Scan {
+fn pass(mode: Mode<'_, '_>) -> Scan {
     let mut pass = Pass {
         scan: Scan::default(),
-        counters_only,
         // Unused when only the counters are read.
-        landmarks: if counters_only {
-            Landmarks::default()
-        } else {
-            Landmarks::of_this_process()
+        landmarks: match mode {
+            Mode::Counters => Landmarks::default(),
+            _ => Landmarks::of_this_process(),
         },
+        mode,
+        seen: 0,
         headers: Vec::new(),
     };
     // `on_object` has the callback type dl_iterate_phdr expects and never
@@ -463,11 +527,20 @@ fn pass(counters_only: bool) -> Scan {
 
 /// Every loaded object, with the loader's counters of the same instant.
 pub(crate) fn scan() -> Scan {
-    pass(false)
+    pass(Mode::Objects)
 }
 
 /// The loader's counters now (one `dl_iterate_phdr` callback); `None` if
 /// this loader does not keep them (musl).
 pub(crate) fn load_counters() -> Option<LoadCounters> {
-    pass(true).counters
+    pass(Mode::Counters).counters
+}
+
+/// Walks the `.eh_frame` of each of `wanted` that is still loaded as the
+/// scan saw it (the same name, bias and segments), under the loader's lock:
+/// one more pass, for the objects a refresh indexes without holding them.
+pub(crate) fn eh_frames(wanted: &mut [Unheld<'_>]) {
+    if !wanted.is_empty() {
+        pass(Mode::EhFrames(wanted));
+    }
 }

@@ -2,6 +2,7 @@
 //! and note memory. (The scan of this process's real objects is tested
 //! through the public API in `tests/objects.rs`.)
 
+use super::eh_frame::EhFrameError;
 use super::hold::LoaderRef;
 use super::info::ObjectInfo;
 use super::note::{BuildId, NoteError};
@@ -13,6 +14,12 @@ use super::scan::{
 use super::segment::{ObjectKind, ObjectMemory};
 use super::{LoadedObjects, Refresh};
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+
+/// `native` iterations, or `miri` under Miri.
+fn size(native: u64, miri: u64) -> u64 {
+    if cfg!(miri) { miri } else { native }
+}
 
 // ------------------------------------------------------------- synthetic
 
@@ -284,21 +291,26 @@ fn unwind_tables_and_image_span() {
 
 // ------------------------------------------------------------- refresh
 
-/// Applies a synthetic scan, as `refresh` applies a real one.
-fn apply(objects: &LoadedObjects, scanned: &[&Scanned]) -> Refresh {
+/// Refreshes from a synthetic scan, as `refresh` does from a real one.
+fn apply<P: Send + Sync>(objects: &LoadedObjects<P>, scanned: &[&Scanned]) -> Refresh {
     let scan = Scan {
         objects: scanned.iter().map(|&s| s.clone()).collect(),
         counters: None,
     };
-    // Synthetic objects are not loaded: nothing to hold.
-    objects.apply(scan, |_| Some(LoaderRef::none()), &mut Default::default())
+    // Synthetic objects are not loaded: nothing holds them mapped.
+    objects.refresh_with(|| None, || scan, |_| Some(LoaderRef::unheld()))
 }
 
-/// `(path, problem)` pairs of a refresh, the files' absence aside (none of
-/// the synthetic objects has a file).
+/// `(path, problem)` pairs of a refresh, the files' and unwind tables'
+/// absence aside (none of the synthetic objects has either, unless a test
+/// gives it a header).
 fn problems(refresh: &Refresh) -> Vec<(String, ProblemKind)> {
+    let absent = [
+        ProblemKind::FileVanished,
+        ProblemKind::NoEhFrame(EhFrameError::NoHeader),
+    ];
     let mut all: Vec<_> = (refresh.problems.iter())
-        .filter(|p| *p.kind() != ProblemKind::FileVanished)
+        .filter(|p| !absent.contains(p.kind()))
         .map(|p| (p.path().display().to_string(), p.kind().clone()))
         .collect();
     all.sort_by(|a, b| a.0.cmp(&b.0));
@@ -418,4 +430,188 @@ fn odd_objects_never_stop_a_refresh_and_are_reported_once() {
     assert!(fourth.added.is_empty());
     assert_eq!(problems(&fourth).len(), 2);
     assert_eq!(objects.loaded_count(), 2);
+}
+
+/// A payload that a handler section kept alive past its object's unload is
+/// dropped by a later refresh that hands it out as due: after that refresh
+/// released every lock of the index, also the one that serializes
+/// refreshes (its `Drop` may refresh, or wait for a thread that does). It
+/// was dropped inside that refresh's batch scope, with that lock held.
+#[test]
+fn a_payload_a_section_kept_is_dropped_after_the_later_refreshs_locks() {
+    static OBJECTS: LoadedObjects<Probe> = LoadedObjects::with_payload(|_| Probe);
+    static DROPPED: AtomicUsize = AtomicUsize::new(0);
+    static UNDER_LOCK: AtomicUsize = AtomicUsize::new(0);
+    struct Probe;
+    impl Drop for Probe {
+        fn drop(&mut self) {
+            DROPPED.fetch_add(1, Relaxed);
+            if OBJECTS.refreshing.try_lock().is_err() {
+                UNDER_LOCK.fetch_add(1, Relaxed);
+            }
+        }
+    }
+    let lib = |i: u64| {
+        let name = format!("/x/lib{i}.so");
+        parse_at(
+            name.as_bytes(),
+            (i + 1) << 20,
+            &[load(0, 0x1000, 5)],
+            Vec::new(),
+        )
+    };
+    let kept = lib(0);
+    apply(&OBJECTS, &[&kept]);
+    let section = OBJECTS.handler_section();
+    assert!(section.lookup(1 << 20).is_some());
+    // Unloaded while the section is open: its payload waits for it.
+    let gone = apply(&OBJECTS, &[]);
+    assert_eq!(gone.removed.len(), 1);
+    assert_eq!(DROPPED.load(Relaxed), 0, "a section can still see it");
+    drop(section);
+    // Refreshes that only add objects (so no flush after them): one of
+    // their batches finds the payload due.
+    let mut loaded = Vec::new();
+    for i in 1..=size(400, 40) {
+        if DROPPED.load(Relaxed) > 0 {
+            break;
+        }
+        loaded.push(lib(i));
+        let all: Vec<&Scanned> = loaded.iter().collect();
+        assert_eq!(apply(&OBJECTS, &all).added.len(), 1);
+    }
+    assert_eq!(DROPPED.load(Relaxed), 1, "no refresh dropped the payload");
+    assert_eq!(
+        UNDER_LOCK.load(Relaxed),
+        0,
+        "dropped while a refresh held its lock"
+    );
+}
+
+/// What a refresh does with objects it cannot hold: one unloaded before it
+/// could be held is skipped (reported, not indexed, no payload built); one
+/// indexed without a reference (another `dlmopen` namespace) gets no bytes
+/// in its builder, and its `.eh_frame` is looked for under the loader's
+/// lock (a synthetic object is not there: `Unloaded`, reported); one with
+/// overlapping segments has its `.eh_frame` refused.
+#[test]
+#[cfg_attr(miri, ignore = "the unheld object's pass calls dl_iterate_phdr")]
+fn objects_a_refresh_cannot_hold_are_skipped_or_get_no_bytes() {
+    static BUILT: AtomicUsize = AtomicUsize::new(0);
+    static HELD_OR_READ: AtomicUsize = AtomicUsize::new(0);
+    fn build(object: &super::MappedObject<'_>) {
+        BUILT.fetch_add(1, Relaxed);
+        let read = object.read(object.segments()[0].range.clone());
+        if object.is_held() || read != Err(super::ReadError::NotHeld) {
+            HELD_OR_READ.fetch_add(1, Relaxed);
+        }
+    }
+    let with_hdr = |name: &[u8], bias: u64, loads: &[ProgramHeader]| {
+        let mut headers = loads.to_vec();
+        headers.push(table(PT_GNU_EH_FRAME, 0x800, 0x20));
+        parse_at(name, bias, &headers, Vec::new())
+    };
+    let gone = with_hdr(b"/x/libgone.so", 0x10_0000, &[load(0, 0x1000, 5)]);
+    let elsewhere = with_hdr(b"/x/libelsewhere.so", 0x20_0000, &[load(0, 0x1000, 5)]);
+    let overlapping = with_hdr(
+        b"/x/liboverlap.so",
+        0x30_0000,
+        &[load(0, 0x2000, 5), load(0x1000, 0x2000, 4)],
+    );
+    let objects = LoadedObjects::with_payload(build);
+    let scan = Scan {
+        objects: [&gone, &elsewhere, &overlapping].map(Clone::clone).into(),
+        counters: None,
+    };
+    let hold = |info: &ObjectInfo| (info.bias() != 0x10_0000).then(LoaderRef::unheld);
+    let refresh = objects.refresh_with(|| None, || scan, hold);
+
+    assert_eq!(refresh.skipped.len(), 1);
+    assert_eq!(refresh.skipped[0].path(), Path::new("/x/libgone.so"));
+    assert!(objects.lookup(0x10_0010).is_none(), "skipped: not indexed");
+    assert_eq!(
+        added_paths(&refresh),
+        ["/x/libelsewhere.so", "/x/liboverlap.so"]
+    );
+    assert_eq!(BUILT.load(Relaxed), 2, "no payload for the skipped object");
+    assert_eq!(
+        HELD_OR_READ.load(Relaxed),
+        0,
+        "no bytes of an unheld object"
+    );
+
+    let eh_frame = |bias: u64| {
+        let id = objects.lookup(bias + 0x10).unwrap().id();
+        objects.object(id).unwrap().info().try_eh_frame()
+    };
+    assert_eq!(eh_frame(0x20_0000), Err(EhFrameError::Unloaded));
+    assert_eq!(eh_frame(0x30_0000), Err(EhFrameError::OverlappingSegments));
+    let reported: Vec<_> = (problems(&refresh).into_iter())
+        .filter(|(_, kind)| matches!(kind, ProblemKind::NoEhFrame(_)))
+        .collect();
+    assert_eq!(
+        reported,
+        [
+            (
+                "/x/libelsewhere.so".into(),
+                ProblemKind::NoEhFrame(EhFrameError::Unloaded)
+            ),
+            (
+                "/x/liboverlap.so".into(),
+                ProblemKind::NoEhFrame(EhFrameError::OverlappingSegments)
+            ),
+        ]
+    );
+}
+
+/// An object "mapped" in a buffer of this test, held (never unmapped): the
+/// refresh walks its `.eh_frame` in place, and the builder reads its
+/// tables as slices of that memory; a writable segment is refused. Under
+/// Miri this runs both `unsafe` reads of mapped memory (the walk's, and
+/// `MappedObject::read`'s).
+#[test]
+fn a_held_object_is_walked_in_place_and_read_as_slices() {
+    /// The header's and the section's bytes, and whether the writable
+    /// segment was refused.
+    type Seen = (Vec<u8>, Vec<u8>, bool);
+    static SEEN: std::sync::Mutex<Option<Seen>> = std::sync::Mutex::new(None);
+    fn build(object: &super::MappedObject<'_>) {
+        let data = object.segments()[1].range.clone();
+        let refused = object.read(data.clone()) == Err(super::ReadError::NotReadOnly(data));
+        *SEEN.lock().unwrap() = Some((
+            object.eh_frame_hdr_bytes().unwrap_or_default().to_vec(),
+            object.eh_frame_bytes().unwrap_or_default().to_vec(),
+            refused,
+        ));
+    }
+    // 0x00: .eh_frame_hdr (version 1, pcrel sdata4 pointer to 0x40);
+    // 0x40: .eh_frame: a 12-byte record, then the terminator; then a
+    // writable segment at 0x80.
+    let mut image = vec![0u8; 0x100];
+    image[..4].copy_from_slice(&[1, 0x1b, 0x03, 0x3b]);
+    image[4..8].copy_from_slice(&(0x40i32 - 4).to_ne_bytes());
+    image[0x40..0x44].copy_from_slice(&12u32.to_ne_bytes());
+    image[0x44..0x50].fill(0xaa);
+    let image: &'static [u8] = Box::leak(image.into_boxed_slice());
+    let bias = image.as_ptr().expose_provenance() as u64;
+    let headers = [
+        load(0, 0x80, 4),
+        load(0x80, 0x80, 6),
+        table(PT_GNU_EH_FRAME, 0, 0x10),
+    ];
+    let object = parse_at(b"/x/libinmemory.so", bias, &headers, Vec::new());
+    let objects = LoadedObjects::with_payload(build);
+    let scan = Scan {
+        objects: vec![object],
+        counters: None,
+    };
+    let refresh = objects.refresh_with(|| None, || scan, |_| Some(LoaderRef::permanent()));
+    assert_eq!(added_paths(&refresh), ["/x/libinmemory.so"]);
+    let id = objects.lookup(bias).unwrap().id();
+    let info = objects.object(id).unwrap().info().clone();
+    assert_eq!(info.try_eh_frame(), Ok(bias + 0x40..bias + 0x54));
+    let (hdr, eh_frame, refused) = SEEN.lock().unwrap().take().unwrap();
+    assert_eq!(hdr, image[..0x10]);
+    assert_eq!(eh_frame, image[0x40..0x54]);
+    assert!(refused, "a writable segment is not handed out");
 }

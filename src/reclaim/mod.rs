@@ -88,6 +88,7 @@ pub(crate) use panics::{contain, drop_all};
 pub(crate) use return_stack::{Shell, Spares};
 // For `LoadedObjects`, which holds a writer scope across its own lock and
 // waits for the drops its refreshes handed out.
+pub(crate) use scope::after_outermost_write;
 pub(crate) use section::Sections;
 pub(crate) use writer::{Pending, Reclaim};
 #[cfg_attr(
@@ -101,7 +102,6 @@ use {
     job::Job,
     limbo::Limbo,
     return_stack::{Chain, ReturnStack},
-    scope::after_outermost_write,
     section::SectionClock,
     ticket::{DropTicket, Drops},
     two_phase::TwoPhase,
