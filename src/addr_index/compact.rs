@@ -169,7 +169,8 @@ mod tests {
         assert!(after.0 <= fresh.0, "{after:?} > fresh {fresh:?}");
         assert_eq!(after.1, super::Slab::<u64>::fresh_nodes(kept.len()));
         assert_eq!(after.2, fresh.2, "table capacity");
-        assert!(after.0 * 10 < before.0, "{after:?} of {before:?}");
+        // Most of it went: a tenth or more kept holds at least twice less.
+        assert!(after.0 * (keep_every / 5) < before.0, "{after:?} of {before:?}");
         for &(k, id) in &ids {
             let want = kept.iter().any(|&(_, i)| i == id).then_some(id);
             assert_eq!(index.lookup(k * 16 + 3).map(|h| h.id()), want);
@@ -228,7 +229,9 @@ mod tests {
     /// it out (van Emde Boas order), with an exact descent.
     #[test]
     fn shrink_to_fit_lays_large_trees_out_in_van_emde_boas_order() {
-        let n = if cfg!(miri) { 40 } else { 2 * 4096 + 100 };
+        // Under Miri, enough ranges that half of them leave chunks to spare
+        // (else there is nothing to compact).
+        let n = if cfg!(miri) { 60 } else { 2 * 4096 + 100 };
         let mut index = AddrIndex::new();
         let ids: Vec<_> = shuffled(n)
             .into_iter()
