@@ -170,7 +170,10 @@ mod tests {
         assert_eq!(after.1, super::Slab::<u64>::fresh_nodes(kept.len()));
         assert_eq!(after.2, fresh.2, "table capacity");
         // Most of it went: a tenth or more kept holds at least twice less.
-        assert!(after.0 * (keep_every / 5) < before.0, "{after:?} of {before:?}");
+        assert!(
+            after.0 * (keep_every / 5) < before.0,
+            "{after:?} of {before:?}"
+        );
         for &(k, id) in &ids {
             let want = kept.iter().any(|&(_, i)| i == id).then_some(id);
             assert_eq!(index.lookup(k * 16 + 3).map(|h| h.id()), want);

@@ -414,18 +414,14 @@ impl<T> AddrIndex<T> {
     /// assert!(m.live_node_bytes > 0 && m.node_bytes >= m.live_node_bytes);
     /// ```
     pub fn node_memory(&self) -> crate::NodeMemory {
-        self.tree.write(
-            |txn, w| {
-                let node = size_of::<Node<T>>();
-                crate::NodeMemory {
-                    node_bytes: w.slab.nodes() * node,
-                    resident_node_bytes: w.slab.resident_nodes() * node,
-                    live_node_bytes: txn.len() * node,
-                }
-            },
-            |_, _, _| {},
-            |_, _| {},
-        )
+        self.tree.inspect(|txn, w| {
+            let node = size_of::<Node<T>>();
+            crate::NodeMemory {
+                node_bytes: w.slab.nodes() * node,
+                resident_node_bytes: w.slab.resident_nodes() * node,
+                live_node_bytes: txn.len() * node,
+            }
+        })
     }
 
     /// Counters for observability: reads retried and writes done.

@@ -30,10 +30,11 @@ use super::module::Removed;
 use super::slab::Node;
 use super::table::Dirty;
 use super::types::{ModuleId, ModuleMeta, Segment};
-use crate::raw::Txn;
-use crate::reclaim::{Front, Pending, Reclaim};
+use crate::raw::{Hooks, Txn};
+use crate::reclaim::{Front, Pending, Reclaim, Transaction};
 use core::cell::Cell;
 use core::ops::Range;
+use core::ptr::NonNull;
 
 /// The capacity the writer's lists of created and retired records keep
 /// between writes.
@@ -51,32 +52,48 @@ impl<T: 'static> AddrIndex<T> {
         body: impl for<'b> FnOnce(&'b mut Txn<'b, Node<T>>, &'b mut Writer<T>, &Cell<Ending>) -> R,
     ) -> R {
         self.reclaim.transact(|tx| {
-            let end = Cell::new(Ending::Rollback);
-            self.tree.write(
-                |txn, w| {
-                    tx.begin(&mut w.pending, Some(&self.sections));
-                    for t in &self.tables {
-                        t.take_replaced(|a| tx.retire(&mut w.pending, Garbage::Array(a)));
-                    }
-                    body(txn, w, &end)
-                },
-                |copy, first, last| self.publish(copy, first, last, end.get()),
-                |w, node| {
-                    w.slab.recycle(node);
-                    // Out of both copies (after a commit: the taken-out
-                    // records; after a rollback: the records made). `release`
-                    // runs after the last flip, once per released node: the
-                    // first call takes them all.
-                    let records = match end.get() {
-                        Ending::Commit(_) => &mut w.retired,
-                        Ending::Rollback => &mut w.created,
-                    };
-                    for rec in records.drain(..) {
-                        tx.retire(&mut w.pending, Garbage::Record(rec));
-                    }
-                },
-            )
+            let hooks = IndexHooks {
+                index: self,
+                tx,
+                end: Cell::new(Ending::Rollback),
+            };
+            self.tree.write(&hooks, |txn, w| {
+                tx.begin(&mut w.pending, Some(&self.sections));
+                for t in &self.tables {
+                    t.take_replaced(|a| tx.retire(&mut w.pending, Garbage::Array(a)));
+                }
+                body(txn, w, &hooks.end)
+            })
         })
+    }
+}
+
+/// What a write of the index does where the tree hands control back: the
+/// bounds and module table of each copy, and what leaves the tree.
+struct IndexHooks<'a, T: 'static> {
+    index: &'a AddrIndex<T>,
+    tx: &'a Transaction<'a, Garbage<T>>,
+    /// How the body ended (set by it before it returns).
+    end: Cell<Ending>,
+}
+
+impl<T: 'static> Hooks<Node<T>, Writer<T>> for IndexHooks<'_, T> {
+    fn publish(&self, copy: usize, first: Option<&Node<T>>, last: Option<&Node<T>>) {
+        self.index.publish(copy, first, last, self.end.get());
+    }
+
+    fn release(&self, w: &mut Writer<T>, node: NonNull<Node<T>>) {
+        w.slab.recycle(node);
+        // Out of both copies (after a commit: the taken-out records; after a
+        // rollback: the records made). `release` runs after the last flip,
+        // once per released node: the first call takes them all.
+        let records = match self.end.get() {
+            Ending::Commit(_) => &mut w.retired,
+            Ending::Rollback => &mut w.created,
+        };
+        for rec in records.drain(..) {
+            self.tx.retire(&mut w.pending, Garbage::Record(rec));
+        }
     }
 }
 

@@ -8,8 +8,8 @@
 //! recycles their nodes (`crate::reclaim`, through [`LatchTree::transact`]).
 
 use super::{Batch, LatchTree, Node, Writer, entry};
-use crate::raw::{Dir, Txn};
-use crate::reclaim::{Front, Reclaim};
+use crate::raw::{Dir, Hooks, Txn};
+use crate::reclaim::{Front, Reclaim, Transaction};
 use core::borrow::Borrow;
 use core::ptr::NonNull;
 use crossbeam_epoch::Guard;
@@ -255,15 +255,19 @@ impl<K: Ord + Send + 'static, V: Send + 'static> LatchTree<K, V> {
         &self,
         body: impl for<'b> FnOnce(&'b mut Txn<'b, Node<K, V>>, &'b mut Writer<K, V>) -> R,
     ) -> R {
+        /// What leaves the tree is retired (nothing is published beside
+        /// the tree).
+        struct Retire<'a, K: 'static, V: 'static>(&'a Transaction<'a, NonNull<Node<K, V>>>);
+        impl<K, V> Hooks<Node<K, V>, Writer<K, V>> for Retire<'_, K, V> {
+            fn release(&self, w: &mut Writer<K, V>, node: NonNull<Node<K, V>>) {
+                self.0.retire(w, node);
+            }
+        }
         self.reclaim.transact(|tx| {
-            self.raw.write(
-                |txn, w| {
-                    tx.begin(w, None);
-                    body(txn, w)
-                },
-                |_, _, _| {},
-                |w, node| tx.retire(w, node),
-            )
+            self.raw.write(&Retire(tx), |txn, w| {
+                tx.begin(w, None);
+                body(txn, w)
+            })
         })
     }
 

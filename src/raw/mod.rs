@@ -63,7 +63,7 @@ mod walk;
 pub(crate) use cursor::{Cursor, Step};
 pub(crate) use links::{Dir, Height, KidKeys, Kids, LinkRef, Linked, Links, Parent};
 pub(crate) use shared::View;
-pub(crate) use tree::RawTree;
+pub(crate) use tree::{Hooks, RawTree};
 pub(crate) use txn::{Change, Slot, Txn};
 
 pub(crate) use shape::{Shadow, VebOrder, van_emde_boas};

@@ -7,6 +7,14 @@ use alloc::sync::Arc;
 use core::ptr::NonNull;
 use std::collections::BTreeSet;
 
+/// The harnesses' hooks: nothing is published beside the tree, and the
+/// harness frees every node it made when it drops.
+struct Keep;
+
+impl<N, W> super::Hooks<N, W> for Keep {
+    fn release(&self, _: &mut W, _: core::ptr::NonNull<N>) {}
+}
+
 /// A test node. With `EXTRAS` (the default) it keeps everything a node may
 /// keep: copy 0 caches its children's keys and records its height, as
 /// `AddrIndex`'s range nodes do, so that these tests (and Miri's run of
@@ -87,44 +95,40 @@ impl<const E: bool> Harness<E> {
 
     /// Inserts or erases each key; returns what changed.
     fn apply(&self, ops: &[(bool, u64)], panic_after: Option<usize>) -> Vec<bool> {
-        self.tree.write(
-            |txn, _| {
-                let mut out = Vec::new();
-                for (i, &(insert, key)) in ops.iter().enumerate() {
-                    if panic_after == Some(i) {
-                        panic!("planned panic");
-                    }
-                    let slot = txn.find(|n| match key.cmp(&n.key) {
-                        core::cmp::Ordering::Less => Some(Dir::Left),
-                        core::cmp::Ordering::Greater => Some(Dir::Right),
-                        core::cmp::Ordering::Equal => None,
-                    });
-                    match (insert, slot) {
-                        (true, Slot::Vacant { .. }) => {
-                            let n = self.alloc(key);
-                            // SAFETY: fresh node, fresh vacant slot.
-                            unsafe { txn.insert(n, slot) };
-                            out.push(true);
-                        }
-                        (true, Slot::Occupied(old)) => {
-                            let n = self.alloc(key);
-                            // SAFETY: `old` from `find`, `n` fresh.
-                            unsafe { txn.replace(old, n) };
-                            out.push(false);
-                        }
-                        (false, Slot::Occupied(n)) => {
-                            // SAFETY: `n` from `find`.
-                            unsafe { txn.erase(n) };
-                            out.push(true);
-                        }
-                        (false, Slot::Vacant { .. }) => out.push(false),
-                    }
+        self.tree.write(&Keep, |txn, _| {
+            let mut out = Vec::new();
+            for (i, &(insert, key)) in ops.iter().enumerate() {
+                if panic_after == Some(i) {
+                    panic!("planned panic");
                 }
-                out
-            },
-            |_, _, _| {},
-            |_, _| {},
-        )
+                let slot = txn.find(|n| match key.cmp(&n.key) {
+                    core::cmp::Ordering::Less => Some(Dir::Left),
+                    core::cmp::Ordering::Greater => Some(Dir::Right),
+                    core::cmp::Ordering::Equal => None,
+                });
+                match (insert, slot) {
+                    (true, Slot::Vacant { .. }) => {
+                        let n = self.alloc(key);
+                        // SAFETY: fresh node, fresh vacant slot.
+                        unsafe { txn.insert(n, slot) };
+                        out.push(true);
+                    }
+                    (true, Slot::Occupied(old)) => {
+                        let n = self.alloc(key);
+                        // SAFETY: `old` from `find`, `n` fresh.
+                        unsafe { txn.replace(old, n) };
+                        out.push(false);
+                    }
+                    (false, Slot::Occupied(n)) => {
+                        // SAFETY: `n` from `find`.
+                        unsafe { txn.erase(n) };
+                        out.push(true);
+                    }
+                    (false, Slot::Vacant { .. }) => out.push(false),
+                }
+            }
+            out
+        })
     }
 
     /// Copy 0's height (nodes on its longest path), the sum of its nodes'
@@ -643,8 +647,7 @@ fn large_trees_are_rebuilt_only_when_asked() {
         above, 0,
         "a commit rebuilt a tree of over {max} nodes in place"
     );
-    h.tree
-        .write(|txn, _| txn.rebuild(), |_, _, _| {}, |_, _| {});
+    h.tree.write(&Keep, |txn, _| txn.rebuild());
     let (height, _, plan) = h.shape();
     assert!(plan.exact);
     assert_eq!(height, super::descent::balanced_height(max + max / 2));
@@ -670,18 +673,14 @@ fn heights_are_dropped_past_heights_max_and_kept_again_after_a_rebuild() {
         h.apply(&chunk.iter().map(|&k| (true, k)).collect::<Vec<_>>(), None);
     }
     h.check();
-    assert!(
-        !h.tree
-            .write(|txn, _| txn.shape.heights, |_, _, _| {}, |_, _| {})
-    );
+    assert!(!h.tree.write(&Keep, |txn, _| txn.shape.heights));
     assert!(!h.shape().2.exact, "a plan from heights that are not kept");
     // Below the bound again: the next rebuild records them.
     h.apply(
         &keys[..1024].iter().map(|&k| (false, k)).collect::<Vec<_>>(),
         None,
     );
-    h.tree
-        .write(|txn, _| txn.rebuild(), |_, _, _| {}, |_, _| {});
+    h.tree.write(&Keep, |txn, _| txn.rebuild());
     h.check();
     for &k in &keys[..200] {
         h.apply(&[(true, k)], None);
@@ -727,49 +726,44 @@ fn van_emde_boas_ranks_are_a_recursive_top_then_bottom_permutation() {
 /// after it when `panic` is set. Returns the keys in the order built.
 fn adopt(h: &Harness, extra: u64, panic: bool) -> Vec<u64> {
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        h.tree.write(
-            |txn, _| {
-                let mut keys: Vec<u64> = Vec::new();
-                loop {
-                    let last = keys.last().copied();
-                    let done =
-                        txn.scan(|n| last.is_none_or(|l| n.key > l), 7, |n| keys.push(n.key));
-                    if done {
-                        break;
-                    }
+        h.tree.write(&Keep, |txn, _| {
+            let mut keys: Vec<u64> = Vec::new();
+            loop {
+                let last = keys.last().copied();
+                let done = txn.scan(|n| last.is_none_or(|l| n.key > l), 7, |n| keys.push(n.key));
+                if done {
+                    break;
                 }
-                let mut shadow = super::Shadow::new(keys.len());
-                let mut order = Vec::new();
-                for spot in super::VebOrder::new(keys.len()) {
-                    order.push(keys[spot.rank]);
-                    // SAFETY: a fresh node holding the key of rank
-                    // `spot.rank`, spots in their order.
-                    unsafe { shadow.place(spot, h.alloc(keys[spot.rank])) };
+            }
+            let mut shadow = super::Shadow::new(keys.len());
+            let mut order = Vec::new();
+            for spot in super::VebOrder::new(keys.len()) {
+                order.push(keys[spot.rank]);
+                // SAFETY: a fresh node holding the key of rank
+                // `spot.rank`, spots in their order.
+                unsafe { shadow.place(spot, h.alloc(keys[spot.rank])) };
+            }
+            let by = |key: u64| {
+                move |n: &Node| match key.cmp(&n.key) {
+                    core::cmp::Ordering::Less => Some(Dir::Left),
+                    core::cmp::Ordering::Greater => Some(Dir::Right),
+                    core::cmp::Ordering::Equal => None,
                 }
-                let by = |key: u64| {
-                    move |n: &Node| match key.cmp(&n.key) {
-                        core::cmp::Ordering::Less => Some(Dir::Left),
-                        core::cmp::Ordering::Greater => Some(Dir::Right),
-                        core::cmp::Ordering::Equal => None,
-                    }
-                };
-                let slot = shadow.find(by(extra));
-                // SAFETY: a fresh node, a fresh vacant slot.
-                unsafe { shadow.insert(h.alloc(extra), slot) };
-                let Slot::Occupied(first) = shadow.find(by(keys[0])) else {
-                    panic!("placed keys are found");
-                };
-                // SAFETY: from `find` just now.
-                unsafe { shadow.erase(first) };
-                txn.begin();
-                // SAFETY: fresh nodes, in no copy, freed when the harness drops.
-                unsafe { txn.adopt(shadow) };
-                assert!(!panic, "planned panic");
-                order
-            },
-            |_, _, _| {},
-            |_, _| {},
-        )
+            };
+            let slot = shadow.find(by(extra));
+            // SAFETY: a fresh node, a fresh vacant slot.
+            unsafe { shadow.insert(h.alloc(extra), slot) };
+            let Slot::Occupied(first) = shadow.find(by(keys[0])) else {
+                panic!("placed keys are found");
+            };
+            // SAFETY: from `find` just now.
+            unsafe { shadow.erase(first) };
+            txn.begin();
+            // SAFETY: fresh nodes, in no copy, freed when the harness drops.
+            unsafe { txn.adopt(shadow) };
+            assert!(!panic, "planned panic");
+            order
+        })
     }));
     r.unwrap_or_default()
 }
@@ -816,19 +810,15 @@ fn adoption_swaps_in_a_tree_built_aside() {
     );
     // A shadow without changes gives the exact plan.
     let keys = h.keys();
-    h.tree.write(
-        |txn, _| {
-            let mut shadow = super::Shadow::new(keys.len());
-            for spot in super::VebOrder::new(keys.len()) {
-                // SAFETY: as in `adopt`.
-                unsafe { shadow.place(spot, h.alloc(keys[spot.rank])) };
-            }
+    h.tree.write(&Keep, |txn, _| {
+        let mut shadow = super::Shadow::new(keys.len());
+        for spot in super::VebOrder::new(keys.len()) {
             // SAFETY: as in `adopt`.
-            unsafe { txn.adopt(shadow) };
-        },
-        |_, _, _| {},
-        |_, _| {},
-    );
+            unsafe { shadow.place(spot, h.alloc(keys[spot.rank])) };
+        }
+        // SAFETY: as in `adopt`.
+        unsafe { txn.adopt(shadow) };
+    });
     h.check();
     let (height, _, plan) = h.shape();
     assert_eq!(height, super::descent::balanced_height(keys.len()));

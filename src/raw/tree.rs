@@ -63,6 +63,41 @@ struct Locked<N, W> {
     retiring: Vec<NonNull<N>>,
 }
 
+/// What a front-end does where a write hands control back to it (the
+/// kernel's `latch_tree_ops`, for the two points a latched write needs).
+pub(crate) trait Hooks<N, W> {
+    /// Copy `copy` holds its final state, whose first and last nodes are
+    /// `first` and `last`; readers are steered to it by the next flip. For
+    /// what the front-end's readers read beside the tree (bounds, tables).
+    fn publish(&self, copy: usize, first: Option<&N>, last: Option<&N>) {
+        let _ = (copy, first, last);
+    }
+
+    /// `node` left the tree for good, under the writer lock: erased or
+    /// replaced by a commit, inserted by a transaction that rolled back,
+    /// or discarded unlinked. Readers that started earlier may still stand
+    /// on it: its memory must stay valid for them (retire it through the
+    /// epoch, or recycle it in type-stable storage).
+    fn release(&self, w: &mut W, node: NonNull<N>);
+}
+
+/// Releases the logged nodes `which` picks (a transaction that changed
+/// nothing: only discarded nodes can be there) and empties the log.
+fn release_logged<N, W>(
+    l: &mut Locked<N, W>,
+    hooks: &impl Hooks<N, W>,
+    which: impl Fn(&Op<N>) -> bool,
+) {
+    for op in l.log.drain(..) {
+        if let Op::Discard(node) = op
+            && which(&op)
+        {
+            // SAFETY: log pointers come from `NonNull`s.
+            hooks.release(&mut l.state, unsafe { NonNull::new_unchecked(node) });
+        }
+    }
+}
+
 impl<N, W> core::fmt::Debug for RawTree<N, W> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("RawTree")
@@ -131,25 +166,16 @@ impl<N: Linked, W> RawTree<N, W> {
         (self.shared.latch.retries(), self.shared.latch.writes())
     }
 
-    /// Runs a write transaction (see the module docs).
-    ///
-    /// * `publish(copy, first, last)` runs for each copy once it holds its
-    ///   final state and before readers are steered to it.
-    /// * `release(writer, node)` receives each node that left the tree for
-    ///   good: the erased and replaced ones after a commit, or the added
-    ///   ones after a rollback, and a slice of the trees that left whole
-    ///   ([`Txn::adopt`]: the old one after a commit, the adopted one after
-    ///   a rollback) after each commit. A
-    ///   node's memory must stay valid for readers that may still stand on
-    ///   it (retire it through the epoch, or recycle it in type-stable
-    ///   storage).
+    /// Runs a write transaction (see the module docs): `body` changes copy 0
+    /// through its [`Txn`]; then the commit publishes it and replays the log
+    /// on copy 1, or, if `body` panicked, the rollback restores copy 0 and
+    /// the panic resumes. `hooks` is what the front-end does at the two
+    /// points where the core hands control back ([`Hooks`]).
     pub(crate) fn write<R>(
         &self,
+        hooks: &impl Hooks<N, W>,
         body: impl for<'b> FnOnce(&'b mut Txn<'b, N>, &'b mut W) -> R,
-        mut publish: impl FnMut(usize, Option<&N>, Option<&N>),
-        mut release: impl FnMut(&mut W, NonNull<N>),
     ) -> R {
-        let s = &self.shared;
         let me = this_thread();
         // Relaxed: only this thread ever stores `me`, so this load sees it
         // exactly when this thread holds the lock (coherence).
@@ -163,150 +189,184 @@ impl<N: Linked, W> RawTree<N, W> {
         // Declared after `locked`, so dropped (owner cleared) before unlock,
         // on every path including unwinding.
         let _owner = ClearOnDrop(&self.owner);
-        let Locked {
-            state: w,
-            log,
-            shape,
-            ends,
-            retiring,
-        } = &mut *locked;
-        let (shape_before, ends_before) = (*shape, *ends);
-        log.clear();
-        if log.capacity() > 1024 {
-            log.shrink_to(64);
+        let l = &mut *locked;
+        let before = (l.shape, l.ends);
+        l.log.clear();
+        if l.log.capacity() > 1024 {
+            l.log.shrink_to(64);
         }
         let mut started = false;
         let outcome = catch_unwind(AssertUnwindSafe(|| {
             let mut txn = Txn {
-                shared: s,
-                log: &mut *log,
+                shared: &self.shared,
+                log: &mut l.log,
                 started: &mut started,
-                shape: &mut *shape,
-                ends: &mut *ends,
-                retiring: &mut *retiring,
+                shape: &mut l.shape,
+                ends: &mut l.ends,
+                retiring: &mut l.retiring,
             };
-            let r = body(&mut txn, &mut *w);
+            let r = body(&mut txn, &mut l.state);
             // Inside the caught closure: a mismatch (a bug of `raw/`) rolls
-            // the write back like any panic. Copy 1 gets copy 0's nodes, so
-            // its ends too.
+            // the write back like any panic.
             #[cfg(debug_assertions)]
-            {
-                let side = Side::new(&s.heads[0].root, 0);
-                // SAFETY: writer lock held; copy 0 holds only live nodes.
-                let walked = unsafe {
-                    (
-                        side.extreme(super::Dir::Left),
-                        side.extreme(super::Dir::Right),
-                    )
-                };
-                assert_eq!((ends.first, ends.last), walked, "copy 0's kept ends");
-            }
+            self.check_ends(l.ends);
             r
         }));
-        if !started {
-            // Nothing changed; only discarded nodes can be in the log.
-            for op in log.drain(..) {
-                if let Op::Discard(node) = op {
-                    // SAFETY: log pointers come from `NonNull`s.
-                    release(w, unsafe { NonNull::new_unchecked(node) });
-                }
-            }
-            return outcome.unwrap_or_else(|p| resume_unwind(p));
-        }
         match outcome {
             Ok(r) => {
-                let len = s.heads[0].len.load(Ordering::Relaxed);
-                if shape.commit_rebuilds(len, self.in_place_max) {
-                    // SAFETY: writer lock held, seq odd (the log holds a
-                    // change): readers are on copy 1; copy 0 holds only live
-                    // nodes.
-                    unsafe { shape::build::rebuild(&s.heads[0].root, 0) };
-                    log.push(Op::Rebuild);
-                    *shape = Shape::REBUILT;
-                }
-                // SAFETY: writer lock held; copy 0 is a valid red-black tree of
-                // live nodes.
-                let plan = unsafe { shape::plan(*shape, &s.heads[0]) };
-                // SAFETY: writer lock held; copy 0 holds only live nodes.
-                unsafe { self.publish(0, plan, *ends, &mut publish) };
-                s.latch.flip(); // even: readers move to the new copy 0
-                let side = Side::new(&s.heads[1].root, 1);
-                for op in log.iter() {
-                    // The ops were valid on copy 0 in this order, and copy 1
-                    // had the same shape before the first one.
-                    // SAFETY: so each is valid on copy 1 too; no node is
-                    // released before this loop ends.
-                    unsafe {
-                        match *op {
-                            Op::Insert { node, parent, dir } => side.insert(node, parent, dir),
-                            Op::Erase(node) => side.erase(node),
-                            Op::Replace { old, new } => side.replace(old, new),
-                            Op::Clear(_) => {
-                                s.heads[1].root.store(ptr::null_mut(), link_store_order())
-                            }
-                            Op::Rebuild => shape::build::rebuild(&s.heads[1].root, 1),
-                            // Release: as every root store.
-                            Op::Adopt { new, .. } => s.heads[1].root.store(new, link_store_order()),
-                            Op::Discard(_) => {}
-                        }
-                    }
-                }
-                s.heads[1]
-                    .len
-                    .store(s.heads[0].len.load(Ordering::Relaxed), Ordering::Relaxed);
-                // Copy 1 now holds copy 0's nodes, so its ends too.
-                // SAFETY: writer lock held; copy 1 holds only live nodes.
-                unsafe { self.publish(1, plan, *ends, &mut publish) };
-                s.latch.count_write();
-                for op in log.drain(..) {
-                    match op {
-                        Op::Erase(node) | Op::Replace { old: node, .. } | Op::Discard(node) => {
-                            // SAFETY: log pointers come from `NonNull`s.
-                            release(w, unsafe { NonNull::new_unchecked(node) });
-                        }
-                        Op::Adopt { old, .. } => retiring.extend(NonNull::new(old)),
-                        Op::Clear(root) => {
-                            // The cleared nodes still hold their copy-1
-                            // links of the moment they were cleared (the
-                            // replay made copy 1 equal to copy 0 then, and no
-                            // later op touches a node outside the tree).
-                            // SAFETY: so this walks exactly those nodes, all
-                            // live: none is released before this loop.
-                            for node in unsafe { nodes_in_order(root, 1) } {
-                                release(w, node);
-                            }
-                        }
-                        Op::Insert { .. } | Op::Rebuild => {}
-                    }
+                if started {
+                    self.commit(l, hooks);
+                } else {
+                    // Nothing changed; only discarded nodes can be in the log.
+                    release_logged(l, hooks, |op| matches!(op, Op::Discard(_)));
                 }
                 r
             }
             Err(panic) => {
-                // SAFETY: writer lock held, seq odd: readers are on copy 1.
-                unsafe { self.rollback(shape_before.heights) };
-                (*shape, *ends) = (shape_before, ends_before);
-                // Relaxed: the writer's own word.
-                let plan = Descent::from_word(s.heads[1].descent.load(Ordering::Relaxed));
-                // SAFETY: as above; copy 0 now equals copy 1.
-                unsafe { self.publish(0, plan, *ends, &mut publish) };
-                s.latch.flip();
-                for op in log.drain(..) {
-                    match op {
-                        Op::Insert { node, .. }
-                        | Op::Replace { new: node, .. }
-                        | Op::Discard(node) => {
-                            // SAFETY: log pointers come from `NonNull`s.
-                            release(w, unsafe { NonNull::new_unchecked(node) });
-                        }
-                        // The adopted tree never reached a reader; it goes
-                        // like an old one (`dismantle`, after a commit).
-                        Op::Adopt { new, .. } => retiring.extend(NonNull::new(new)),
-                        Op::Erase(_) | Op::Clear(_) | Op::Rebuild => {}
-                    }
+                if started {
+                    self.rollback(l, before, hooks);
+                } else {
+                    release_logged(l, hooks, |op| matches!(op, Op::Discard(_)));
                 }
                 drop(_owner);
                 drop(locked);
                 resume_unwind(panic)
+            }
+        }
+    }
+
+    /// Runs `f` on the writer state under the writer lock, in a transaction
+    /// that cannot change the tree (`&Txn`): for a front-end's own
+    /// bookkeeping and its tests.
+    pub(crate) fn inspect<R>(&self, f: impl for<'b> FnOnce(&'b Txn<'b, N>, &'b mut W) -> R) -> R {
+        /// No hooks: nothing is published or released.
+        struct Nothing;
+        impl<N, W> Hooks<N, W> for Nothing {
+            fn release(&self, _: &mut W, _: NonNull<N>) {
+                unreachable!("an inspection changes nothing")
+            }
+        }
+        self.write(&Nothing, |txn, w| f(txn, w))
+    }
+
+    /// Debug builds: copy 0's kept ends are its first and last node.
+    #[cfg(debug_assertions)]
+    fn check_ends(&self, ends: Ends<N>) {
+        let side = Side::new(&self.shared.heads[0].root, 0);
+        // SAFETY: writer lock held; copy 0 holds only live nodes.
+        let walked = unsafe {
+            (
+                side.extreme(super::Dir::Left),
+                side.extreme(super::Dir::Right),
+            )
+        };
+        assert_eq!((ends.first, ends.last), walked, "copy 0's kept ends");
+    }
+
+    /// Commits the transaction that changed copy 0 (`seq` odd, readers on
+    /// copy 1): rebuilds copy 0 if due, publishes it, flips (readers move
+    /// to it), replays the log on copy 1, publishes that, and releases what
+    /// left the tree.
+    fn commit(&self, l: &mut Locked<N, W>, hooks: &impl Hooks<N, W>) {
+        let s = &self.shared;
+        let len = s.heads[0].len.load(Ordering::Relaxed);
+        if l.shape.commit_rebuilds(len, self.in_place_max) {
+            // SAFETY: writer lock held, seq odd: readers are on copy 1; copy
+            // 0 holds only live nodes.
+            unsafe { shape::build::rebuild(&s.heads[0].root, 0) };
+            l.log.push(Op::Rebuild);
+            l.shape = Shape::REBUILT;
+        }
+        // SAFETY: writer lock held; copy 0 is a valid red-black tree of live
+        // nodes.
+        let plan = unsafe { shape::plan(l.shape, &s.heads[0]) };
+        // SAFETY: writer lock held; copy 0 holds only live nodes.
+        unsafe { self.publish(0, plan, l.ends, hooks) };
+        s.latch.flip(); // even: readers move to the new copy 0
+        let side = Side::new(&s.heads[1].root, 1);
+        for op in l.log.iter() {
+            // The ops were valid on copy 0 in this order, and copy 1 had the
+            // same shape before the first one.
+            // SAFETY: so each is valid on copy 1 too; no node is released
+            // before this loop ends.
+            unsafe {
+                match *op {
+                    Op::Insert { node, parent, dir } => side.insert(node, parent, dir),
+                    Op::Erase(node) => side.erase(node),
+                    Op::Replace { old, new } => side.replace(old, new),
+                    // Release: as every root store.
+                    Op::Clear(_) => s.heads[1].root.store(ptr::null_mut(), link_store_order()),
+                    Op::Rebuild => shape::build::rebuild(&s.heads[1].root, 1),
+                    // Release: as every root store.
+                    Op::Adopt { new, .. } => s.heads[1].root.store(new, link_store_order()),
+                    Op::Discard(_) => {}
+                }
+            }
+        }
+        s.heads[1].len.store(len, Ordering::Relaxed);
+        // Copy 1 now holds copy 0's nodes, so its ends too.
+        // SAFETY: writer lock held; copy 1 holds only live nodes.
+        unsafe { self.publish(1, plan, l.ends, hooks) };
+        s.latch.count_write();
+        let Locked {
+            log,
+            state,
+            retiring,
+            ..
+        } = l;
+        for op in log.drain(..) {
+            match op {
+                Op::Erase(node) | Op::Replace { old: node, .. } | Op::Discard(node) => {
+                    // SAFETY: log pointers come from `NonNull`s.
+                    hooks.release(state, unsafe { NonNull::new_unchecked(node) });
+                }
+                Op::Adopt { old, .. } => retiring.extend(NonNull::new(old)),
+                Op::Clear(root) => {
+                    // The cleared nodes still hold their copy-1 links of the
+                    // moment they were cleared (the replay made copy 1 equal
+                    // to copy 0 then, and no later op touches a node outside
+                    // the tree).
+                    // SAFETY: so this walks exactly those nodes, all live:
+                    // none is released before this loop.
+                    for node in unsafe { nodes_in_order(root, 1) } {
+                        hooks.release(state, node);
+                    }
+                }
+                Op::Insert { .. } | Op::Rebuild => {}
+            }
+        }
+    }
+
+    /// Rolls back the transaction that changed copy 0 (`seq` odd, readers
+    /// on copy 1, untouched): copy 0 and the writer's view of its shape go
+    /// back to `before`, `seq` flips back, and what the transaction added
+    /// is released (the tree it adopted, if any, goes like a replaced one).
+    fn rollback(&self, l: &mut Locked<N, W>, before: (Shape, Ends<N>), hooks: &impl Hooks<N, W>) {
+        let s = &self.shared;
+        // SAFETY: writer lock held, seq odd: readers are on copy 1.
+        unsafe { self.restore_copy0(before.0.heights) };
+        (l.shape, l.ends) = before;
+        // Relaxed: the writer's own word.
+        let plan = Descent::from_word(s.heads[1].descent.load(Ordering::Relaxed));
+        // SAFETY: as above; copy 0 now equals copy 1.
+        unsafe { self.publish(0, plan, l.ends, hooks) };
+        s.latch.flip();
+        let Locked {
+            log,
+            state,
+            retiring,
+            ..
+        } = l;
+        for op in log.drain(..) {
+            match op {
+                Op::Insert { node, .. } | Op::Replace { new: node, .. } | Op::Discard(node) => {
+                    // SAFETY: log pointers come from `NonNull`s.
+                    hooks.release(state, unsafe { NonNull::new_unchecked(node) });
+                }
+                // The adopted tree never reached a reader; it goes like a
+                // replaced one (`Txn::release_retired`).
+                Op::Adopt { new, .. } => retiring.extend(NonNull::new(new)),
+                Op::Erase(_) | Op::Clear(_) | Op::Rebuild => {}
             }
         }
     }
@@ -317,15 +377,9 @@ impl<N: Linked, W> RawTree<N, W> {
     /// # Safety
     /// Writer lock held; copy `copy` holds only live nodes, and `ends` are
     /// its first and last.
-    unsafe fn publish(
-        &self,
-        copy: usize,
-        plan: Descent,
-        ends: Ends<N>,
-        publish: &mut impl FnMut(usize, Option<&N>, Option<&N>),
-    ) {
+    unsafe fn publish(&self, copy: usize, plan: Descent, ends: Ends<N>, hooks: &impl Hooks<N, W>) {
         // SAFETY: the ends are null or live nodes (caller).
-        unsafe { publish(copy, ends.first.as_ref(), ends.last.as_ref()) };
+        unsafe { hooks.publish(copy, ends.first.as_ref(), ends.last.as_ref()) };
         // Relaxed: a word of copy `copy`, written while readers are steered
         // away from it and published to them, like its links, by the next
         // flip (`Latch::flip`'s Release store).
@@ -339,7 +393,7 @@ impl<N: Linked, W> RawTree<N, W> {
     ///
     /// # Safety
     /// Writer lock held and `seq` odd (readers are on copy 1, untouched).
-    unsafe fn rollback(&self, heights: bool) {
+    unsafe fn restore_copy0(&self, heights: bool) {
         let s = &self.shared;
         // SAFETY: copy 1 is the last committed version: only live nodes.
         let nodes = unsafe { nodes_in_order(s.heads[1].root.load(Ordering::Relaxed), 1) };

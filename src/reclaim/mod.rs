@@ -90,7 +90,7 @@ pub(crate) use return_stack::{Shell, Spares};
 // waits for the drops its refreshes handed out.
 pub(crate) use scope::after_outermost_write;
 pub(crate) use section::Sections;
-pub(crate) use writer::{Pending, Reclaim};
+pub(crate) use writer::{Pending, Reclaim, Transaction};
 #[cfg_attr(
     not(all(feature = "objects", target_os = "linux", target_pointer_width = "64")),
     allow(unused_imports)
@@ -105,5 +105,4 @@ use {
     section::SectionClock,
     ticket::{DropTicket, Drops},
     two_phase::TwoPhase,
-    writer::Transaction,
 };

@@ -31,14 +31,10 @@ fn in_van_emde_boas_order(addrs: &[usize]) -> bool {
 /// `(migrations adopted, one running, a build placed a node out of
 /// order)`.
 fn migrations(index: &AddrIndex<u64>) -> (usize, bool, bool) {
-    index.tree.write(
-        |_, w| {
-            let l = &w.layout;
-            (l.adopted, l.migration.is_some(), l.out_of_order)
-        },
-        |_, _, _| {},
-        |_, _| {},
-    )
+    index.tree.inspect(|_, w| {
+        let l = &w.layout;
+        (l.adopted, l.migration.is_some(), l.out_of_order)
+    })
 }
 
 fn shuffle(keys: &mut [u64], mut x: u64) {
@@ -105,9 +101,7 @@ fn large_rebuilds_lay_nodes_out_in_van_emde_boas_order() {
                 (k != 8).then_some(k * 16..k * 16 + 8)
             );
         }
-        let nodes = index
-            .tree
-            .write(|_, w| w.slab.nodes(), |_, _, _| {}, |_, _| {});
+        let nodes = index.tree.inspect(|_, w| w.slab.nodes());
         assert!(
             nodes <= 3 * n as usize,
             "{order}: {nodes} nodes in the slab for {n} ranges"
@@ -134,10 +128,7 @@ fn migrations_start_no_sooner_than(policy: LayoutPolicy) {
     let index = AddrIndex::with_policy(policy);
     let (mut running, mut starts) = (false, 0);
     for k in 0..n {
-        let (updates, len) =
-            index
-                .tree
-                .write(|txn, _| (txn.updates(), txn.len()), |_, _, _| {}, |_, _| {});
+        let (updates, len) = index.tree.inspect(|txn, _| (txn.updates(), txn.len()));
         index.insert(k * 16..k * 16 + 8, k).unwrap();
         let now = migrations(&index).1;
         if now && !running {
@@ -304,11 +295,9 @@ enum Churn {
 /// The slab's node count, its resident node count, and the live range
 /// count.
 fn slab_and_len(index: &AddrIndex<u64>) -> (usize, usize, usize) {
-    index.tree.write(
-        |txn, w| (w.slab.nodes(), w.slab.resident_nodes(), txn.len()),
-        |_, _, _| {},
-        |_, _| {},
-    )
+    index
+        .tree
+        .inspect(|txn, w| (w.slab.nodes(), w.slab.resident_nodes(), txn.len()))
 }
 
 /// Random mixes of single and batched inserts and removes, `set_value`,
