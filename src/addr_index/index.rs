@@ -202,17 +202,22 @@ impl<T> Writer<T> {
 ///
 /// A range costs one 128-byte node (two cache lines: what `lookup` reads
 /// fills the first) plus its module's record and value and two table slots.
-/// Writes reuse the nodes of removed ranges, and the module tables and the
-/// limbo shrink as modules go, but the node chunks themselves are **never
-/// given back by a write**, nor by [`flush`](AddrIndex::flush) or
-/// [`synchronize`](AddrIndex::synchronize): the signal-safe
-/// [`lookup`](AddrIndex::lookup) pins nothing and registers nowhere, so no
-/// grace period can tell when a reader that started before a removal (a
-/// descheduled thread, or a signal handler that interrupted one) has left
-/// the chunk it stands on. After removing most ranges, call
-/// [`shrink_to_fit`](AddrIndex::shrink_to_fit), which needs `&mut self`
-/// (the proof that no reader is left) and leaves about what a fresh index
-/// of the remaining modules holds; dropping the index frees everything.
+/// Writes reuse the nodes of removed ranges (oldest chunk first), and the
+/// module tables and the limbo shrink as modules go. The node chunks
+/// themselves are never returned to the allocator while the index lives:
+/// the signal-safe [`lookup`](AddrIndex::lookup) pins nothing and registers
+/// nowhere, so no grace period can tell when a reader that started before
+/// a removal (a descheduled thread, or a signal handler that interrupted
+/// one) has left the chunk it stands on. Their **pages** go back to the OS
+/// instead, on Linux with `std`: a chunk whose every node is free is
+/// purged (`madvise`) while its addresses stay mapped, by writes when the
+/// index keeps enough free nodes elsewhere, and by
+/// [`synchronize`](AddrIndex::synchronize), which first moves the live
+/// ranges out of the newest chunks when they fit in the older ones;
+/// [`node_memory`](AddrIndex::node_memory) tells how much is resident.
+/// [`shrink_to_fit`](AddrIndex::shrink_to_fit) (`&mut self`: the proof that
+/// no reader is left) also returns the chunks themselves; dropping the
+/// index frees everything.
 /// (Writes also keep up to 128 removed modules' record and value
 /// allocations for reuse, `128 × size_of::<T>()` bytes of values at most:
 /// `shrink_to_fit` frees them too.)

@@ -253,6 +253,9 @@ struct Chunk {
     /// Its pages are the OS's again (`purge_pages`), until a node of it is
     /// handed out.
     purged: bool,
+    /// The OS would not purge it (no whole page inside, or `madvise`
+    /// failed): not tried again.
+    unpurgeable: bool,
 }
 
 impl Chunk {
@@ -562,6 +565,12 @@ impl<M> Slab<M> {
         nodes
     }
 
+    /// Whether a resident chunk is wholly free (what
+    /// [`purge_free_chunks`](Slab::purge_free_chunks) would purge).
+    pub(crate) fn has_free_chunk(&self) -> bool {
+        CAN_PURGE && (self.chunks.iter()).any(|c| !c.purged && !c.unpurgeable && c.free == c.len)
+    }
+
     /// Purges every wholly free resident chunk, spare or not: for a caller
     /// that wants the memory back now (`AddrIndex::synchronize`).
     pub(crate) fn purge_free_chunks(&mut self) {
@@ -578,7 +587,8 @@ impl<M> Slab<M> {
     fn purge(&mut self, c: usize) {
         let chunk = &mut self.chunks[c];
         let size = size_of::<RangeNode<M>>();
-        if !purge_pages(chunk.first_addr(), chunk.len * size, chunk.base) {
+        if chunk.unpurgeable || !purge_pages(chunk.first_addr(), chunk.len * size, chunk.base) {
+            chunk.unpurgeable = true;
             return;
         }
         chunk.purged = true;
@@ -633,6 +643,7 @@ impl<M> Slab<M> {
             hint: 0,
             touched: 0,
             purged: false,
+            unpurgeable: false,
         };
         let c = self.chunks.len();
         let at = self
@@ -675,8 +686,15 @@ pub(crate) const CAN_PURGE: bool = cfg!(all(
 /// Gives the whole pages inside `[start, start + len)` (nodes of the chunk
 /// allocated at `_chunk`) back to the OS, keeping them mapped:
 /// `madvise(MADV_DONTNEED)`, after which a private anonymous page reads as
-/// zeros until it is written again (a shared or file-backed one reads its
-/// old contents). Returns whether the OS did it.
+/// zeros until it is written again (any other mapping reads what backs it).
+/// Returns whether the OS did it. Pages are the OS's page size, read at run
+/// time (16 or 64 KiB on some arm64 and ppc64 kernels): the kernel rounds a
+/// length up to it, so a range rounded to a smaller page would reach past
+/// the chunk.
+///
+/// Call only after a flip of the calling thread's running write (`Txn::
+/// begin`), as for any store a stale reader may read (module docs): the
+/// purge rewrites what such a reader may still load.
 ///
 /// Why a reader racing it is harmless: every word a reader of a node reads
 /// is an atomic (module docs), every bit pattern of those words is a valid
@@ -692,11 +710,14 @@ pub(crate) const CAN_PURGE: bool = cfg!(all(
 /// kept.
 #[cfg(all(feature = "std", target_os = "linux", not(miri), not(latchtree_loom)))]
 fn purge_pages(start: usize, len: usize, chunk: NonNull<u8>) -> bool {
-    const PAGE: usize = 4096;
-    let (lo, hi) = (start.next_multiple_of(PAGE), (start + len) / PAGE * PAGE);
-    if lo >= hi {
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    let Ok(page) = usize::try_from(page) else {
         return false;
-    }
+    };
+    let Some((lo, hi)) = whole_pages(start, len, page) else {
+        return false;
+    };
     // The pages `[lo, hi)` lie inside the chunk's allocation (its nodes'
     // span, rounded inwards), which this slab owns and never frees while
     // the index lives: nothing else (no allocator metadata) is on them.
@@ -712,6 +733,20 @@ fn purge_pages(start: usize, len: usize, chunk: NonNull<u8>) -> bool {
         )
     };
     r == 0
+}
+
+/// The whole pages of `page` bytes (a power of two) inside `[start, start
+/// + len)`, if any: `[lo, hi)` with both ends multiples of `page`.
+#[cfg_attr(
+    not(all(feature = "std", target_os = "linux", not(miri), not(latchtree_loom))),
+    allow(dead_code)
+)]
+fn whole_pages(start: usize, len: usize, page: usize) -> Option<(usize, usize)> {
+    if !page.is_power_of_two() {
+        return None;
+    }
+    let (lo, hi) = (start.next_multiple_of(page), (start + len) / page * page);
+    (lo < hi).then_some((lo, hi))
 }
 
 #[cfg(not(all(feature = "std", target_os = "linux", not(miri), not(latchtree_loom))))]
@@ -749,6 +784,24 @@ impl<M> Drop for Slab<M> {
 #[cfg(all(test, not(latchtree_loom)))]
 mod tests {
     use super::*;
+
+    /// A purge never reaches past its chunk, whatever the OS's page size:
+    /// the range it hands `madvise` is whole pages of that size inside the
+    /// chunk's nodes (the kernel would round a length up to its page).
+    #[test]
+    fn purges_stay_inside_their_chunk_for_every_page_size() {
+        for page in [4096, 16 << 10, 64 << 10] {
+            for start in (0..200_000).step_by(4160) {
+                for len in [2048, 4096 * 3, 128 << 10, 2 << 20] {
+                    if let Some((lo, hi)) = whole_pages(start, len, page) {
+                        assert!(lo >= start && hi <= start + len, "{page} {start} {len}");
+                        assert!(lo % page == 0 && (hi - lo) % page == 0);
+                    }
+                }
+            }
+        }
+        assert_eq!(whole_pages(0, 100, 3), None, "not a power of two");
+    }
 
     /// `fresh_nodes` follows the chunk schedule `grow` follows.
     #[test]

@@ -293,8 +293,8 @@ impl<T: Send + Sync + 'static> AddrIndex<T> {
     /// loop exit to mispredict. From 4096 ranges up, every rebuild also
     /// moves the ranges into fresh memory in van Emde Boas order, so that a
     /// lookup touches a few pages rather than one per level (the memory the
-    /// old places held is reused by later writes, never returned while the
-    /// index lives). Writes spread that work over many of them, a slice
+    /// old places held is reused by later writes, or its pages purged: see
+    /// [memory](AddrIndex#memory)). Writes spread that work over many of them, a slice
     /// each, so that none takes long; this call does all of it in its one
     /// write (tens of milliseconds at 262 144 ranges), for the exact shape
     /// at once. An index already in that shape (no insert or remove

@@ -83,8 +83,8 @@ pub(crate) struct Txn<'t, N> {
     /// Copy 0's first and last node, updated by each change.
     pub(super) ends: &'t mut Ends<N>,
     /// Roots of whole trees that left both copies in earlier commits and
-    /// are not released yet (`RawTree::write` releases a slice of them at
-    /// each commit).
+    /// are not released yet (the front-end releases them at its own pace,
+    /// [`Txn::release_retired`]).
     pub(super) retiring: &'t mut Vec<NonNull<N>>,
 }
 

@@ -140,9 +140,9 @@ impl<T> Staged<T> {
 /// Free nodes for a build, handed out lowest address first, without a
 /// sort (sorting the free list would be a tenth of a growth's work): a
 /// bitmap of the free nodes of each chunk, lowest chunk first, filled a
-/// slice at a time with nodes popped off the slab's free list (`mark`: the
-/// most recently freed ones, mostly the tree the last migration replaced,
-/// or fresh chunks), then scanned upwards (`lowest`). It takes only the
+/// slice at a time with nodes popped off the slab (`mark`: the oldest
+/// chunks' free nodes first, or fresh chunks), then scanned upwards
+/// (`lowest`). It takes only the
 /// nodes the build needs: the rest of the free list stays where it is.
 struct Reserve<T> {
     /// Each chunk's first node and node count, lowest first (once marking

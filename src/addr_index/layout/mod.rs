@@ -240,13 +240,15 @@ impl<T> Layout<T> {
         txn: &mut Txn<'_, Node<T>>,
         slab: &mut Slab<Record<T>>,
     ) -> bool {
-        slab.purge_free_chunks();
-        let evacuate = self.evacuation(txn, slab);
-        if self.migration.is_none() && !txn.retiring() && evacuate.is_none() {
+        let work = self.migration.is_some()
+            || txn.retiring()
+            || slab.has_free_chunk()
+            || self.evacuation(txn, slab).is_some();
+        if !work {
             return false;
         }
-        // Every release and rewrite below comes after this write's flip
-        // (`slab.rs`).
+        // Every release, purge and rewrite below comes after this write's
+        // flip (`slab.rs`).
         txn.begin();
         txn.release_retired(usize::MAX, |n| slab.recycle(n));
         slab.purge_free_chunks();
