@@ -276,7 +276,7 @@ mod tests {
     }
 
     /// A record length that runs past the end of the address space ends
-    /// the walk (review: `at + 4 + n` overflowed, a panic in debug builds).
+    /// the walk (`at + 4 + n` could overflow: a panic in debug builds).
     #[test]
     fn a_length_past_the_address_space_ends_the_walk() {
         let at = u64::MAX - 0x3f;

@@ -143,7 +143,7 @@ pub(crate) fn find(pc: u64) -> Option<UnindexedObject> {
     }
     // Only addresses are copied out: the link map (where the bias is) may
     // be freed by a `dlclose` on another thread as soon as the call
-    // returns, so it is never read (review).
+    // returns, so it is never read.
     Some(UnindexedObject {
         map: out.map_start.addr() as u64..out.map_end.addr() as u64,
         eh_frame_hdr: (!out.eh_frame.is_null()).then(|| out.eh_frame.addr() as u64),

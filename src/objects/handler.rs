@@ -106,7 +106,7 @@ impl<P> ObjectsSection<'_, P> {
 
 impl<P: 'static> ObjectsSection<'_, P> {
     /// The info and payload of the object with this id, if it is indexed
-    /// (a sample recorded as an id, resolved in the handler; issue 25).
+    /// (a sample recorded as an id, resolved in the handler).
     /// Async-signal-safe.
     ///
     /// ```

@@ -89,7 +89,7 @@ impl LoaderRef {
     /// namespace) if the loader's own list has an object at exactly its
     /// image, with its `.eh_frame_hdr`; where the loader cannot tell (no
     /// `_dl_find_object`: musl, glibc before 2.35), indexed as before this
-    /// reference existed; gone otherwise (review: any object now mapped at
+    /// reference existed; gone otherwise (any object now mapped at
     /// its address passed before).
     fn unnamed(info: &ObjectInfo) -> Option<LoaderRef> {
         let start = info.segments().first()?.range.start;

@@ -148,7 +148,8 @@ pub(crate) fn in_writer_scope() -> bool {
 /// when this thread leaves its outermost [`WriterScope`]; right away if it
 /// is in none, or if its thread-locals are being destroyed. A collection
 /// inside a write nested in another tree's batch closure would run other
-/// deferred closures under that write's lock (DESIGN §7).
+/// deferred closures under that write's lock (no user code runs under a
+/// writer lock).
 pub(crate) fn after_outermost_write(work: impl FnOnce() + 'static) {
     if !in_writer_scope() {
         return work();
