@@ -227,7 +227,7 @@ impl<T> Writer<T> {
 /// The index shares each value with the readers that may still see it
 /// through a guard, as an [`Arc`](alloc::sync::Arc): `remove` and `set_value`
 /// hand the caller a clone of it. The index lets go of its own reference by
-/// the same writer-side reclamation as [`LatchTree`](crate::LatchTree): a
+/// the same writer-side reclamation as `LatchTree`'s: a
 /// removed (or replaced) module's record waits, with the writer, until no
 /// guard pinned before its removal is left, and is then dropped by a later
 /// write of this index (after its lock is released), by

@@ -91,8 +91,8 @@ impl<T: Send + Sync + 'static> AddrIndex<T> {
     /// longer finds it, and the index lets go of what it kept (the value is
     /// dropped here unless something else still shares it; inside a
     /// [`write`](AddrIndex::write) closure, once that write has released
-    /// its lock, except without `std`: see
-    /// [`guide::no_std`](crate::guide::no_std)). Returns whether it was
+    /// its lock, except without `std`: see the `guide::no_std` page).
+    /// Returns whether it was
     /// kept.
     ///
     /// ```

@@ -155,8 +155,8 @@ type Writer<K, V> = Pending<NonNull<Node<K, V>>>;
 /// internal lock and never wait for readers. See the [crate docs](crate) for
 /// how it works and what it guarantees.
 ///
-/// **Porting from `BTreeMap` or `SkipMap`?** Read
-/// [`guide::from_btreemap`](crate::guide::from_btreemap) first: reads take a
+/// **Porting from `BTreeMap` or `SkipMap`?** Read the crate's guide page
+/// `guide::from_btreemap` first: reads take a
 /// guard, `insert` replaces the key too and returns no old value,
 /// iterators see concurrent writes and have no exact size, an inverted
 /// `range` is empty rather than a panic, and removed entries are dropped
@@ -205,7 +205,7 @@ type Writer<K, V> = Pending<NonNull<Node<K, V>>>;
 /// already unwinding: then it is counted instead (resuming it would abort
 /// the process). Without the `std` feature nothing can catch a panic:
 /// one that unwinds out of user code inside a write aborts instead
-/// ([`guide::no_std`](crate::guide::no_std)).
+/// (the `guide::no_std` page).
 ///
 /// # When a removed entry is dropped
 ///

@@ -4,7 +4,7 @@
 //! is shown cannot be unloaded while it looks at them: that is the only
 //! moment their memory (the build-id notes) may be read without a
 //! reference of one's own. It copies out the headers it needs, reads the
-//! notes, and returns; files are looked at later ([`super::info`]), outside
+//! notes, and returns; files are looked at later (`info.rs`), outside
 //! the loader's lock. It reads no `.eh_frame`: a refresh walks only the
 //! objects new to the index, once it holds each one mapped (or, for one it
 //! cannot hold, in a second pass over just those: [`eh_frames`]).

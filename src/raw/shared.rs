@@ -48,7 +48,7 @@ pub(super) struct Head<N> {
     pub(super) root: AtomicPtr<N>,
     pub(super) len: AtomicUsize,
     /// How readers descend this copy (a
-    /// [`Descent`](super::descent::Descent) word), published with the copy
+    /// `Descent` word, `descent.rs`), published with the copy
     /// (`RawTree::publish`); see `descent.rs`.
     pub(super) descent: AtomicUsize,
 }

@@ -188,3 +188,20 @@ fn wrong_guard() -> ! {
          (use the tree's own `pin()` or the collector it was built with)"
     )
 }
+
+/// The no_std default collector, made on first use by racing threads (Miri
+/// runs it: `.ci/run`'s miri layer).
+#[cfg(all(test, not(latchtree_loom), not(feature = "std")))]
+mod tests {
+    #[test]
+    fn every_thread_gets_the_same_default_collector() {
+        let [a, b] = std::thread::scope(|s| {
+            let t =
+                [0, 1].map(|_| s.spawn(|| core::ptr::from_ref(super::default_collector()).addr()));
+            t.map(|t| t.join().unwrap())
+        });
+        assert_eq!(a, b);
+        let g = super::pin();
+        assert!(g.collector() == Some(super::default_collector()));
+    }
+}

@@ -3,7 +3,7 @@
 //!
 //! An announcement is the one closure this crate defers through
 //! crossbeam-epoch: it stores "every period up to `p` is past its grace
-//! period" into an atomic shared with the [`Limbo`](super::limbo::Limbo)
+//! period" into an atomic shared with the limbo (`limbo.rs`)
 //! (an `Arc`: the closure may run after the front-end is gone). A reader's
 //! pin that collects runs at most that trivial closure, never a destructor
 //! of a writer's garbage.
