@@ -103,9 +103,10 @@
 //!   [`Stats::read_retries`].
 //! * Lookups cost a descent of about `log2(n)` dependent loads. An
 //!   `AddrIndex::lookup` takes about a sorted array's binary search at
-//!   module-sized `n` (a third of a `BTreeMap`'s time) and about a
-//!   `BTreeMap`'s at hundreds of thousands of ranges; `LatchTree`, whose
-//!   generic keys cannot be cached beside the links, up to twice that.
+//!   module-sized `n` (a third of a `BTreeMap`'s time); at hundreds of
+//!   thousands of ranges, past the caches, about a `BTreeMap` grown by
+//!   inserts and twice one built in one go. `LatchTree`, whose generic keys
+//!   cannot be cached beside the links, up to twice that.
 #![warn(rust_2018_idioms)]
 // Without `std` the crate builds on `core` and `alloc` (see the
 // `guide::no_std` page); its own tests always have `std`.
