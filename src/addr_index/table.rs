@@ -435,8 +435,31 @@ impl<T> Table<T> {
 
     /// Makes this table equal to `src` on the slots in `dirty` (and in
     /// length, count and segments), given that they were equal elsewhere.
+    #[inline]
     pub(crate) fn sync_from(&self, src: &Table<T>, dirty: Dirty) {
         let len = src.len.load(Ordering::Relaxed);
+        // The common write, one module added or removed: one slot, no
+        // segment added or dropped.
+        if let Some((lo, hi)) = dirty.0
+            && hi == lo + 1
+            && hi <= len
+            && self.count() == src.count()
+            && let (Some(f), Some(t)) = (src.slot(lo), self.slot(lo))
+        {
+            let (id, r) = load(f);
+            // Relaxed: see the section comment.
+            t.id.store(id, Ordering::Relaxed);
+            t.record.store(r, Ordering::Relaxed);
+            self.len.store(len, Ordering::Relaxed);
+            self.live.store(src.live(), Ordering::Relaxed);
+            return;
+        }
+        self.sync_runs(src, dirty, len);
+    }
+
+    /// [`sync_from`](Table::sync_from)'s general case: segments added or
+    /// dropped, runs of slots.
+    fn sync_runs(&self, src: &Table<T>, dirty: Dirty, len: usize) {
         // Slots of segments added here are all in `dirty` (written by this
         // transaction) or unused.
         while self.count() < src.count() {
@@ -481,10 +504,16 @@ impl<T> Table<T> {
 
     /// Hands every segment in the replaced list to `retire` (under the
     /// writer lock, for the limbo: readers may still be reading them).
-    pub(crate) fn take_replaced(&self, mut retire: impl FnMut(NonNull<Array<T>>)) {
-        if !self.has_replaced() {
-            return;
+    #[inline]
+    pub(crate) fn take_replaced(&self, retire: impl FnMut(NonNull<Array<T>>)) {
+        if self.has_replaced() {
+            self.take_replaced_list(retire);
         }
+    }
+
+    /// [`take_replaced`](Table::take_replaced) once the list holds any.
+    #[cold]
+    fn take_replaced_list(&self, mut retire: impl FnMut(NonNull<Array<T>>)) {
         // Acquire: pairs with the Release CAS in `queue_replaced` (both are
         // under the writer lock today; the list stays safe to take anywhere).
         let mut next = self.replaced.swap(ptr::null_mut(), Ordering::Acquire);

@@ -138,7 +138,8 @@ impl<T> Limbo<T> {
 
     /// [`begin`](Limbo::begin) while items wait.
     fn begin_waiting(&mut self, also: u64, mut due: impl FnMut(T), job: &mut Option<Job>) {
-        let passed = self.passed().min(also);
+        let epoch = self.passed();
+        let passed = epoch.min(also);
         if self.ends.0 <= passed {
             while let Some(&(p, _)) = self.queue.front() {
                 if p > passed {
@@ -162,7 +163,7 @@ impl<T> Limbo<T> {
             // moved twice more, and with no reader pinning, only this
             // writer's flushes move it (insert-only writes would otherwise
             // set no job, and what a `clear` retired would never be dropped).
-            *job = self.job(false);
+            *job = self.job_with(epoch, false);
             self.asked = true;
         }
     }
@@ -200,11 +201,18 @@ impl<T> Limbo<T> {
     /// [`HELP_EVERY`] calls, every [`HELP_BACKLOG_EVERY`] while
     /// [`HELP_BACKLOG`] items wait, or always if `always_help`) flush.
     pub(crate) fn job(&mut self, always_help: bool) -> Option<Job> {
+        self.job_with(self.passed(), always_help)
+    }
+
+    /// [`job`](Limbo::job), given the period announced as passed (read
+    /// once by a caller that read it already).
+    #[inline]
+    fn job_with(&mut self, passed: u64, always_help: bool) -> Option<Job> {
         if self.queue.is_empty() {
             return None;
         }
         let latest = self.ends.1;
-        if self.passed() >= self.announced {
+        if passed >= self.announced {
             if latest <= self.announced {
                 // Announced and passed: due at the next `begin`.
                 return None;
