@@ -47,6 +47,7 @@ mod here {
 
     /// Adds `by` (+1 or -1) to the scopes this thread is inside; returns how
     /// many it is inside now.
+    #[inline]
     pub(super) fn scopes(by: isize) -> usize {
         WRITE_DEPTH.with(|d| {
             d.set(d.get().wrapping_add_signed(by));
@@ -118,6 +119,7 @@ pub(crate) struct WriterScope(());
 
 impl WriterScope {
     /// Enters a scope; hold the value across the whole write.
+    #[inline]
     pub(crate) fn enter() -> Self {
         here::scopes(1);
         WriterScope(())
@@ -125,16 +127,20 @@ impl WriterScope {
 }
 
 impl Drop for WriterScope {
+    #[inline]
     fn drop(&mut self) {
-        if here::scopes(-1) > 0 {
-            return;
+        if here::scopes(-1) == 0 {
+            run_postponed();
         }
-        // Outermost scope left: the lock is released. Run what was
-        // postponed, one at a time without holding the list borrowed (a
-        // destructor may write, and so postpone and drain, itself).
-        while let Some(work) = here::next_postponed() {
-            work();
-        }
+    }
+}
+
+/// The outermost scope was left: the lock is released. Runs what was
+/// postponed, one at a time without holding the list borrowed (a
+/// destructor may write, and so postpone and drain, itself).
+fn run_postponed() {
+    while let Some(work) = here::next_postponed() {
+        work();
     }
 }
 

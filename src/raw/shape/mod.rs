@@ -79,6 +79,7 @@ impl Shape {
 
     /// Whether a commit rebuilds copy 0, of `len` nodes, in place: when a
     /// rebuild is due and the tree holds at most `in_place_max` nodes.
+    #[inline]
     pub(super) fn commit_rebuilds(&self, len: usize, in_place_max: usize) -> bool {
         len <= in_place_max && rebuild_due(self.updates, self.deepest, len)
     }
@@ -94,6 +95,7 @@ impl Shape {
 /// instructions a node), so spread over the updates before it, it costs
 /// below one insert. (One level lower would rebuild random churn at n = 84
 /// every 16 updates, nearly tripling an insert + remove pair.)
+#[inline]
 pub(super) fn rebuild_due(since: usize, deepest: usize, len: usize) -> bool {
     since >= (len / 8).max(REBUILD_MIN) && deepest >= balanced_height(len) + 2
 }
