@@ -18,7 +18,9 @@
 #                   compare  a full `compare` (default features) and
 #                            `compare --only lookups,pauses` (huge-pages)
 #                   pair     callgrind instruction counts of an insert +
-#                            remove pair (once per build: deterministic)
+#                            remove pair, and of an insert while growing
+#                            to 65 536 in each order (once per build:
+#                            deterministic)
 #   --out DIR     where builds, runs and summaries go (default
 #                 target/figures)
 #   --quick       `--quick` runs of the binaries: checks the script, not a
@@ -137,6 +139,15 @@ if wants pair; then
                 got=$(sed -n 's/.*Collected : \([0-9]*\).*/\1/p' "$log.txt")
                 pairs=$(grep -o '^[0-9]* pairs each' "$log.txt" | cut -d' ' -f1)
                 echo "$b $which: $got instructions / $pairs pairs = $(((got + pairs / 2) / pairs)) a pair" |
+                    tee -a "$OUT/summary-pair.txt"
+            done
+            for order in ascending descending random; do
+                log=$OUT/runs/grow-$b-$order.callgrind
+                valgrind --tool=callgrind --callgrind-out-file="$log.out" \
+                    --toggle-collect='*grow_index*' "$OUT/bin/$b/pair" "$order" >"$log.txt" 2>&1
+                got=$(sed -n 's/.*Collected : \([0-9]*\).*/\1/p' "$log.txt")
+                inserts=$(grep -o '^[0-9]* inserts' "$log.txt" | cut -d' ' -f1)
+                echo "$b grow_index $order: $got instructions / $inserts inserts = $(((got + inserts / 2) / inserts)) an insert" |
                     tee -a "$OUT/summary-pair.txt"
             done
         done

@@ -663,11 +663,13 @@ impl<M> Slab<M> {
 }
 
 /// The index of the lowest set bit of `bits`, if any.
+#[inline]
 fn first_set(bits: &[u64]) -> Option<usize> {
     let (w, word) = bits.iter().enumerate().find(|(_, w)| **w != 0)?;
     Some(w * 64 + word.trailing_zeros() as usize)
 }
 
+#[inline]
 fn set_bit(bits: &mut [u64], i: usize, on: bool) {
     if on {
         bits[i / 64] |= 1 << (i % 64);

@@ -13,8 +13,19 @@
 //!
 //! Divide the collected instructions (`Collected` in callgrind's summary) by
 //! [`PAIRS`], which the binary prints.
+//!
+//! With an argument (`ascending`, `descending` or `random`) it instead grows
+//! an `AddrIndex` to [`GROWN`] one-range modules by single inserts in that
+//! order (`benches/src/workload.rs`'s `Growth`), in `grow_index`:
+//!
+//! ```text
+//! valgrind --tool=callgrind --toggle-collect='*grow_index*' target/release/pair random
+//! ```
+//!
+//! and prints how many inserts it made to divide by.
 
 use latchtree::{AddrIndex, LatchTree};
+use latchtree_benches::workload::Growth;
 use std::collections::BTreeMap;
 use std::hint::black_box;
 
@@ -66,7 +77,32 @@ fn btree_pairs(m: &mut BTreeMap<u64, u64>) {
     }
 }
 
+/// Modules a growth ends with.
+const GROWN: u64 = 65_536;
+
+#[inline(never)]
+fn grow_index(ix: &AddrIndex<u64>, ranges: &[(u64, u64)]) {
+    for (i, &(start, end)) in ranges.iter().enumerate() {
+        black_box(ix.insert(start..end, i as u64).expect("disjoint"));
+    }
+}
+
 fn main() {
+    if let Some(order) = std::env::args().nth(1) {
+        let growth = Growth::ALL
+            .into_iter()
+            .find(|g| g.name() == order)
+            .unwrap_or_else(|| panic!("unknown order {order:?}: ascending, descending or random"));
+        let ranges: Vec<(u64, u64)> = (0..GROWN).map(|i| (i * 0x1000, i * 0x1000 + 0x800)).collect();
+        let ix = AddrIndex::new();
+        grow_index(&ix, &growth.arrange(&ranges));
+        println!(
+            "{GROWN} inserts, {}; {}",
+            growth.name(),
+            latchtree_benches::machine::describe()
+        );
+        return;
+    }
     let ix = AddrIndex::new();
     let t = LatchTree::new();
     let mut m = BTreeMap::new();
