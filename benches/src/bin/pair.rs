@@ -93,7 +93,9 @@ fn main() {
             .into_iter()
             .find(|g| g.name() == order)
             .unwrap_or_else(|| panic!("unknown order {order:?}: ascending, descending or random"));
-        let ranges: Vec<(u64, u64)> = (0..GROWN).map(|i| (i * 0x1000, i * 0x1000 + 0x800)).collect();
+        let ranges: Vec<(u64, u64)> = (0..GROWN)
+            .map(|i| (i * 0x1000, i * 0x1000 + 0x800))
+            .collect();
         let ix = AddrIndex::new();
         grow_index(&ix, &growth.arrange(&ranges));
         println!(
