@@ -255,12 +255,14 @@ impl<'t, N: Linked> Side<'t, N> {
     }
 
     /// Links `node` as the `dir` child of `parent` (or as the root when
-    /// `parent` is null) and restores the red-black rules.
+    /// `parent` is null) and restores the red-black rules. Returns whether
+    /// the copy's black height grew (by one: the fix-up blackened a red
+    /// root).
     ///
     /// # Safety
     /// `node` is live and not in this copy; `parent` is null (only when the
     /// copy is empty) or a live node of this copy whose `dir` child is nil.
-    pub(crate) unsafe fn insert(&self, node: *mut N, parent: *mut N, dir: Dir) {
+    pub(crate) unsafe fn insert(&self, node: *mut N, parent: *mut N, dir: Dir) -> bool {
         // Every pointer dereferenced below is `node`, `parent`, or a node reached from them through
         // this copy's links: all live (the caller's promise, and the tree holds only live nodes).
         // SAFETY: so every dereference below is of a live node.
@@ -285,11 +287,14 @@ impl<'t, N: Linked> Side<'t, N> {
             loop {
                 let mut p = self.parent(z);
                 if p.is_null() {
+                    // `z` is the root and red (the new node, or a
+                    // grandparent the loop reddened): one more black on
+                    // every path.
                     self.set_black(z, true);
-                    return;
+                    return true;
                 }
                 if !self.is_red(p) {
-                    return;
+                    return false;
                 }
                 // `p` is red, so it is not the root: `g` exists.
                 let g = self.parent(p);
@@ -315,7 +320,7 @@ impl<'t, N: Linked> Side<'t, N> {
                 self.set_black(p, true);
                 self.set_black(g, false);
                 self.rotate(g, pdir.flip());
-                return;
+                return false;
             }
         }
     }
@@ -337,10 +342,11 @@ impl<'t, N: Linked> Side<'t, N> {
 
     /// Unlinks `z` from this copy and restores the red-black rules. `z`'s own
     /// links are left as they were (a reader may still be standing on it).
+    /// Returns whether the copy's black height shrank (by one).
     ///
     /// # Safety
     /// `z` is a live node of this copy.
-    pub(crate) unsafe fn erase(&self, z: *mut N) {
+    pub(crate) unsafe fn erase(&self, z: *mut N) -> bool {
         // SAFETY: `z` and every node reached from it or the root through
         // this copy's links are live nodes of this copy.
         unsafe {
@@ -392,19 +398,19 @@ impl<'t, N: Linked> Side<'t, N> {
             // `xp` lost a child; `y` (which took `z`'s children and height)
             // is `xp` or above it, on the walk's way.
             self.propagate(xp);
-            if removed_black {
-                self.erase_fixup(x, xp);
-            }
+            removed_black && self.erase_fixup(x, xp)
         }
     }
 
     /// Restores the black height after a black node was removed above `x`
-    /// (possibly nil), whose parent is `xp`.
+    /// (possibly nil), whose parent is `xp`. Returns whether the missing
+    /// black reached the root, which absorbs it: every path then holds one
+    /// black fewer.
     ///
     /// # Safety
     /// `x` is null or live, `xp` is `x`'s parent in this copy (null only if
     /// `x` is the root).
-    unsafe fn erase_fixup(&self, mut x: *mut N, mut xp: *mut N) {
+    unsafe fn erase_fixup(&self, mut x: *mut N, mut xp: *mut N) -> bool {
         // All nodes reached are live nodes of this copy. A nil `x` that is not the root has a
         // non-nil sibling, because the removed black node left its sibling subtree with black
         // height >= 1.
@@ -442,13 +448,21 @@ impl<'t, N: Linked> Side<'t, N> {
                     self.set_black(xp, true);
                     self.set_black(self.child(w, dir.flip()), true);
                     self.rotate(xp, dir);
+                    // Resolved by the rotation: every path keeps its count.
                     x = self.root();
-                    break;
+                    if !x.is_null() {
+                        self.set_black(x, true);
+                    }
+                    return false;
                 }
             }
+            // Left at a red node (blackened: the count is back) or at the
+            // root, black or nil (the count fell by one on every path).
+            let shrank = !self.is_red(x);
             if !x.is_null() {
                 self.set_black(x, true);
             }
+            shrank
         }
     }
 

@@ -279,7 +279,7 @@ impl<N: Linked, W> RawTree<N, W> {
         }
         // SAFETY: writer lock held; copy 0 is a valid red-black tree of live
         // nodes.
-        let plan = unsafe { shape::plan(l.shape, &s.heads[0]) };
+        let plan = unsafe { shape::plan(&mut l.shape, &s.heads[0]) };
         // SAFETY: writer lock held; copy 0 holds only live nodes.
         unsafe { self.publish(0, plan, l.ends, hooks) };
         s.latch.flip(); // even: readers move to the new copy 0
@@ -291,8 +291,13 @@ impl<N: Linked, W> RawTree<N, W> {
             // before this loop ends.
             unsafe {
                 match *op {
-                    Op::Insert { node, parent, dir } => side.insert(node, parent, dir),
-                    Op::Erase(node) => side.erase(node),
+                    // Copy 0's changes said how its black height moved.
+                    Op::Insert { node, parent, dir } => {
+                        side.insert(node, parent, dir);
+                    }
+                    Op::Erase(node) => {
+                        side.erase(node);
+                    }
                     Op::Replace { old, new } => side.replace(old, new),
                     // Release: as every root store.
                     Op::Clear(_) => s.heads[1].root.store(ptr::null_mut(), link_store_order()),

@@ -207,7 +207,10 @@ impl<'t, N: Linked> Txn<'t, N> {
         self.shape.deepest = self.shape.deepest.max(depth);
         self.sizing_heights(self.len() + 1);
         // SAFETY: caller.
-        unsafe { self.side().insert(node.as_ptr(), parent, dir) };
+        let grew = unsafe { self.side().insert(node.as_ptr(), parent, dir) };
+        if let Some(black) = &mut self.shape.black {
+            *black += usize::from(grew);
+        }
         // A new leaf is first (last) if it hangs left of the first (right
         // of the last), or alone.
         let ends = &mut *self.ends;
@@ -260,7 +263,10 @@ impl<'t, N: Linked> Txn<'t, N> {
             }
         }
         // SAFETY: caller: `node` is in copy 0.
-        unsafe { side.erase(n) };
+        let shrank = unsafe { side.erase(n) };
+        if let Some(black) = &mut self.shape.black {
+            *black -= usize::from(shrank);
+        }
         self.log.push(Op::Erase(node.as_ptr()));
         self.add_len(-1);
     }

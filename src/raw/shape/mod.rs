@@ -41,6 +41,11 @@ pub(super) struct Shape {
     /// most [`HEIGHTS_MAX`] nodes; a rebuild (or a clear) makes them right
     /// again.
     pub(super) heights: bool,
+    /// Copy 0's black height, once a plan walked it (`plan`): kept by every
+    /// insert and erase from then on (`Side::insert` and `Side::erase` say
+    /// when it moves), so a plan with a tail walks it once, not at every
+    /// commit. `None` after a rebuild or an adoption.
+    pub(super) black: Option<usize>,
 }
 
 // A rebuild in place sets the heights again: every tree that keeps them
@@ -75,6 +80,7 @@ impl Shape {
         updates: 0,
         deepest: 0,
         heights: true,
+        black: None,
     };
 
     /// Whether a commit rebuilds copy 0, of `len` nodes, in place: when a
@@ -103,12 +109,13 @@ pub(super) fn rebuild_due(since: usize, deepest: usize, len: usize) -> bool {
 /// The plan readers of copy 0 (`head`), of shape `shape`, follow (see
 /// `descent.rs`): exact in the balanced shape, or where nodes keep their
 /// heights (`Linked::height`: the root's is the copy's) and the height is at
-/// most [`EXACT_SLACK`] above the balanced one; else the black height and a
-/// tail.
+/// most [`EXACT_SLACK`] above the balanced one; else the black height (the
+/// one `shape` keeps, or walked and kept from now on) and a tail.
 ///
 /// # Safety
-/// Writer lock held; the copy is a valid red-black tree of live nodes.
-pub(super) unsafe fn plan<N: Linked>(shape: Shape, head: &Head<N>) -> Descent {
+/// Writer lock held; the copy is a valid red-black tree of live nodes, and
+/// `shape` is what the writer knows of it.
+pub(super) unsafe fn plan<N: Linked>(shape: &mut Shape, head: &Head<N>) -> Descent {
     let len = head.len.load(Ordering::Relaxed);
     if shape.updates == 0 {
         return Descent::balanced(len);
@@ -130,9 +137,17 @@ pub(super) unsafe fn plan<N: Linked>(shape: Shape, head: &Head<N>) -> Descent {
         }
     }
     let side = Side::new(&head.root, 0);
+    // SAFETY: a valid red-black tree of live nodes (caller).
+    let walk = || unsafe { side.black_height() };
+    let black = match shape.black {
+        Some(kept) => {
+            debug_assert_eq!(kept, walk(), "copy 0's kept black height");
+            kept
+        }
+        None => *shape.black.insert(walk()),
+    };
     Descent {
-        // SAFETY: a valid red-black tree of live nodes (caller).
-        trips: unsafe { side.black_height() },
+        trips: black,
         exact: false,
     }
 }

@@ -260,6 +260,7 @@ impl<N: Linked> Txn<'_, N> {
             updates: shadow.updates,
             deepest: shadow.deepest,
             heights: shadow.heights,
+            black: None,
         };
         let side = Side::new(&head.root, 0);
         // SAFETY: writer lock held; the shadow's nodes are live (caller),
