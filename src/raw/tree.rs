@@ -252,7 +252,7 @@ impl<N: Linked, W> RawTree<N, W> {
     /// Debug builds: copy 0's kept ends are its first and last node.
     #[cfg(debug_assertions)]
     fn check_ends(&self, ends: Ends<N>) {
-        let side = Side::new(&self.shared.heads[0].root, 0);
+        let side = Side::<_, 0>::new(&self.shared.heads[0].root);
         // SAFETY: writer lock held; copy 0 holds only live nodes.
         let walked = unsafe {
             (
@@ -283,7 +283,7 @@ impl<N: Linked, W> RawTree<N, W> {
         // SAFETY: writer lock held; copy 0 holds only live nodes.
         unsafe { self.publish(0, plan, l.ends, hooks) };
         s.latch.flip(); // even: readers move to the new copy 0
-        let side = Side::new(&s.heads[1].root, 1);
+        let side = Side::<_, 1>::new(&s.heads[1].root);
         for op in l.log.iter() {
             // The ops were valid on copy 0 in this order, and copy 1 had the
             // same shape before the first one.

@@ -122,7 +122,7 @@ impl<N> Ends<N> {
 /// # Safety
 /// Every node reachable from `side`'s root is live while this runs.
 pub(super) unsafe fn search<N: Linked>(
-    side: Side<'_, N>,
+    side: Side<'_, N, 0>,
     mut step: impl FnMut(&N) -> Option<Dir>,
 ) -> Slot<N> {
     let mut parent = ptr::null_mut();
@@ -146,7 +146,7 @@ pub(super) unsafe fn search<N: Linked>(
 }
 
 impl<'t, N: Linked> Txn<'t, N> {
-    fn side(&self) -> Side<'t, N> {
+    fn side(&self) -> Side<'t, N, 0> {
         Side::keeping_heights(&self.shared.heads[0].root, self.shape.heights)
     }
 

@@ -136,7 +136,7 @@ pub(super) unsafe fn plan<N: Linked>(shape: &mut Shape, head: &Head<N>) -> Desce
             };
         }
     }
-    let side = Side::new(&head.root, 0);
+    let side = Side::<_, 0>::new(&head.root);
     // SAFETY: a valid red-black tree of live nodes (caller).
     let walk = || unsafe { side.black_height() };
     let black = match shape.black {

@@ -92,12 +92,14 @@ impl<N: Linked> Shadow<N> {
         self.roots[0].load(Ordering::Relaxed)
     }
 
-    fn side(&self, copy: usize) -> Side<'_, N> {
-        if copy == 0 {
-            Side::keeping_heights(&self.roots[0], self.heights)
-        } else {
-            Side::new(&self.roots[1], 1)
-        }
+    /// Link set 0 (keeping heights while the shadow does).
+    fn side0(&self) -> Side<'_, N, 0> {
+        Side::keeping_heights(&self.roots[0], self.heights)
+    }
+
+    /// Link set 1.
+    fn side1(&self) -> Side<'_, N, 1> {
+        Side::new(&self.roots[1])
     }
 
     /// Links `node` at `spot` of the balanced shape over `shape_len` nodes
@@ -178,7 +180,7 @@ impl<N: Linked> Shadow<N> {
     /// copy 0.
     pub(crate) fn find(&self, step: impl FnMut(&N) -> Option<Dir>) -> Slot<N> {
         // SAFETY: the shadow holds only live nodes (`place`, `insert`).
-        unsafe { crate::raw::txn::search(self.side(0), step) }
+        unsafe { crate::raw::txn::search(self.side0(), step) }
     }
 
     /// Links `node` at a vacant slot of the shadow, in both link sets.
@@ -194,10 +196,11 @@ impl<N: Linked> Shadow<N> {
         if self.len + 1 > HEIGHTS_MAX {
             self.heights = false;
         }
-        for copy in 0..2 {
-            // SAFETY: caller; both link sets have the same shape, so the
-            // slot found in set 0 is vacant in set 1 too.
-            unsafe { self.side(copy).insert(node.as_ptr(), parent, dir) };
+        // SAFETY: caller; both link sets have the same shape, so the slot
+        // found in set 0 is vacant in set 1 too.
+        unsafe {
+            self.side0().insert(node.as_ptr(), parent, dir);
+            self.side1().insert(node.as_ptr(), parent, dir);
         }
         self.len += 1;
         self.updates += 1;
@@ -210,10 +213,11 @@ impl<N: Linked> Shadow<N> {
     /// # Safety
     /// `node` came from this shadow's `find` with no change since.
     pub(crate) unsafe fn erase(&mut self, node: NonNull<N>) {
-        for copy in 0..2 {
-            // SAFETY: caller; the same operation on both sets keeps them
-            // equal (`rbtree.rs`).
-            unsafe { self.side(copy).erase(node.as_ptr()) };
+        // SAFETY: caller; the same operation on both sets keeps them equal
+        // (`rbtree.rs`).
+        unsafe {
+            self.side0().erase(node.as_ptr());
+            self.side1().erase(node.as_ptr());
         }
         self.len -= 1;
         self.updates += 1;
@@ -262,7 +266,7 @@ impl<N: Linked> Txn<'_, N> {
             heights: shadow.heights,
             black: None,
         };
-        let side = Side::new(&head.root, 0);
+        let side = Side::<_, 0>::new(&head.root);
         // SAFETY: writer lock held; the shadow's nodes are live (caller),
         // and copy 0 is now the shadow's tree.
         *self.ends = unsafe {
