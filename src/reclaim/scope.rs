@@ -66,6 +66,13 @@ mod here {
         work
     }
 
+    /// Whether work may be postponed (a destructor-free flag: the common
+    /// answer, no, costs one thread-local load).
+    #[inline]
+    pub(super) fn any_postponed() -> bool {
+        ANY_POSTPONED.get()
+    }
+
     /// The latest postponed work, taken off the list.
     pub(super) fn next_postponed() -> Option<Box<dyn FnOnce()>> {
         if !ANY_POSTPONED.get() {
@@ -105,6 +112,10 @@ mod here {
         None
     }
 
+    pub(super) fn any_postponed() -> bool {
+        false
+    }
+
     pub(in crate::reclaim) fn tickets(_: isize) -> usize {
         0
     }
@@ -129,7 +140,7 @@ impl WriterScope {
 impl Drop for WriterScope {
     #[inline]
     fn drop(&mut self) {
-        if here::scopes(-1) == 0 {
+        if here::scopes(-1) == 0 && here::any_postponed() {
             run_postponed();
         }
     }
