@@ -535,6 +535,7 @@ impl<N: Linked, W> RawTree<N, W> {
 /// loom, whose threads share one OS thread, and without `std`, which has no
 /// thread-locals (a nested write then spins on its own lock: the
 /// `guide::no_std` page says so).
+#[inline]
 fn this_thread() -> usize {
     #[cfg(all(not(latchtree_loom), feature = "std"))]
     {
@@ -553,6 +554,7 @@ fn this_thread() -> usize {
 struct ClearOnDrop<'a>(&'a AtomicUsize);
 
 impl Drop for ClearOnDrop<'_> {
+    #[inline]
     fn drop(&mut self) {
         self.0.store(0, Ordering::Relaxed);
     }
