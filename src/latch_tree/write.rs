@@ -259,6 +259,7 @@ impl<K: Ord + Send + 'static, V: Send + 'static> LatchTree<K, V> {
         /// the tree).
         struct Retire<'a, K: 'static, V: 'static>(&'a Transaction<'a, NonNull<Node<K, V>>>);
         impl<K, V> Hooks<Node<K, V>, Writer<K, V>> for Retire<'_, K, V> {
+            #[inline]
             fn release(&self, w: &mut Writer<K, V>, node: NonNull<Node<K, V>>) {
                 self.0.retire(w, node);
             }

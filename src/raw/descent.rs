@@ -82,6 +82,7 @@ impl Descent {
 
 /// The height of `build.rs`'s balanced shape over `len` nodes,
 /// `floor(log2(len)) + 1` (0 for none).
+#[inline]
 pub(crate) fn balanced_height(len: usize) -> usize {
     len.checked_ilog2().map_or(0, |h| h as usize + 1)
 }

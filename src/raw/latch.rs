@@ -135,6 +135,7 @@ impl Latch {
     }
 
     /// Counts one finished write. The caller holds the writer lock.
+    #[inline]
     pub(crate) fn count_write(&self) {
         let w = &self.stats.0.writes;
         // Relaxed: a statistic, written under the writer lock only; it

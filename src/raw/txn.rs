@@ -198,6 +198,7 @@ impl<'t, N: Linked> Txn<'t, N> {
     /// # Safety
     /// `node` is live, in no tree, and stays allocated until released; `slot`
     /// is `Vacant` and came from a `find` with no change since.
+    #[inline]
     pub(crate) unsafe fn insert(&mut self, node: NonNull<N>, slot: Slot<N>) {
         let Slot::Vacant { parent, dir, depth } = slot else {
             unreachable!("insert into an occupied slot")
@@ -247,6 +248,7 @@ impl<'t, N: Linked> Txn<'t, N> {
     /// `node` came from this transaction's `find` or `extreme` and was not
     /// erased or replaced since, nor copy 0 replaced whole since
     /// ([`Txn::adopt`]).
+    #[inline]
     pub(crate) unsafe fn erase(&mut self, node: NonNull<N>) {
         self.start();
         self.shape.updates += 1;

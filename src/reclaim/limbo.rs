@@ -186,6 +186,7 @@ impl<T> Limbo<T> {
     /// After the transaction's first retirement: sets `job`, or widens the
     /// announcement `begin` set to this transaction's period (deferred
     /// after this lock too, so it covers this period's items as well).
+    #[inline]
     pub(crate) fn first_retirement(&mut self, job: &mut Option<Job>) {
         if let Some(j) = job {
             if j.widen(self.period) {
