@@ -503,6 +503,10 @@ mod slab_bound {
     /// catch-up gave the 3 back (without them in the bound: 576 nodes
     /// against 448).
     #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "a bound, not memory safety (44 s); the property runs 4 cases under Miri"
+    )]
     fn a_migration_holds_the_nodes_of_ranges_removed_since_its_snapshot() {
         let ops = [
             Churn::BatchSwap(65, 182_924),
