@@ -464,10 +464,12 @@ impl<'t, N: Linked> Txn<'t, N> {
         if self.retiring.is_empty() {
             return;
         }
-        // SAFETY: the retiring trees left both copies in an earlier commit
-        // (after its last flip), and hold their copy-1 links of that moment
-        // (see `RawTree`'s `Locked::retiring`); this transaction's own
-        // adoption, if any, is still in its log.
+        // The retiring trees left both copies in an earlier commit (after
+        // its last flip), and hold their copy-1 links of that moment (see
+        // `RawTree`'s `Locked::retiring`); this transaction's own adoption,
+        // if any, is still in its log.
+        // SAFETY: so `dismantle` walks exactly those trees, whose nodes no
+        // copy links any more and no other owner frees.
         unsafe { super::walk::dismantle(self.retiring, max, release) };
     }
 

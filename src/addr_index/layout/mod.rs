@@ -266,10 +266,12 @@ impl<T> Layout<T> {
         };
         for old in slab.nodes_from(first) {
             let new = slab.pop_free().expect("evacuation: room in older chunks");
-            // SAFETY: every node in use is in the tree (`evacuation`), so
-            // `old` is a live node of copy 0, and `new` a free node in no
-            // copy, written with `old`'s fields (its range is `old`'s); this
-            // transaction flipped `seq` (above).
+            // Every node in use is in the tree (`evacuation`), so `old` is a
+            // live node of copy 0, and `new` a free node in no copy, written
+            // with `old`'s fields (its range is `old`'s); this transaction
+            // flipped `seq` (above).
+            // SAFETY: so `fill` writes an unreachable node and `replace`
+            // swaps a live node of copy 0 for it.
             unsafe {
                 slab.fill(new, old.as_ref().fields());
                 txn.replace(old, new);
