@@ -103,7 +103,8 @@
 //!   [`Stats::read_retries`].
 //! * Lookups cost a descent of about `log2(n)` dependent loads. An
 //!   `AddrIndex::lookup` takes about a sorted array's binary search at
-//!   module-sized `n` (a third of a `BTreeMap`'s time); at hundreds of
+//!   module-sized `n` (1.0–1.35× its time, by CPU; a third to a half of a
+//!   `BTreeMap`'s); at hundreds of
 //!   thousands of ranges, past the caches, about a `BTreeMap` grown by
 //!   inserts and twice one built in one go. `LatchTree`, whose generic keys
 //!   cannot be cached beside the links, up to twice that.
