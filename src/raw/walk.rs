@@ -73,7 +73,9 @@ pub(super) unsafe fn dismantle<N: Linked>(
         // SAFETY: `n` is live (caller), not released yet.
         let links = unsafe { n.as_ref() }.links(1);
         for dir in [Dir::Left, Dir::Right] {
-            stack.extend(NonNull::new(links.load_child(dir)));
+            if let Some(kid) = NonNull::new(links.load_child(dir)) {
+                stack.push(kid);
+            }
         }
         release(n);
     }

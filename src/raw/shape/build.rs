@@ -98,7 +98,17 @@ pub(crate) struct VebOrder {
     /// Whether each spot says its subtree's height (for a shadow that keeps
     /// heights, `shadow.rs`: up to `HEIGHTS_MAX` nodes); else 0.
     heights: bool,
+    /// The spots of a subtree of at most three levels, in pre-order, which
+    /// is their van Emde Boas order: most nodes lie in such subtrees, and
+    /// they are worked out together instead of a frame a node.
+    small: [Spot; SMALL],
+    /// `small[at..len]` are still to come.
+    small_at: usize,
+    small_len: usize,
 }
+
+/// The nodes of a subtree of three levels.
+const SMALL: usize = 7;
 
 /// Where a node of the balanced shape goes: its key-order rank, its
 /// parent's rank (`None` for the root), which child of it the node is, its
@@ -159,14 +169,76 @@ impl VebOrder {
                 up,
             }],
             heights: len <= crate::raw::links::HEIGHTS_MAX,
+            small: [Spot {
+                rank: 0,
+                parent: None,
+                dir: Dir::Left,
+                depth: 0,
+                height: 0,
+            }; SMALL],
+            small_at: 0,
+            small_len: 0,
         }
+    }
+
+    /// Queues the pre-order of the subtree over `keys`, its first `levels`
+    /// (one to three) levels, whose root hangs at `up`: `small[..len]`.
+    fn fill_small(&mut self, keys: Range<usize>, levels: usize, up: Up) {
+        let heights = self.heights;
+        let mut len = 0;
+        let mut put = |keys: &Range<usize>, parent, dir, depth| {
+            let m = middle(keys);
+            self.small[len] = Spot {
+                rank: m,
+                parent,
+                dir,
+                depth,
+                height: if heights {
+                    balanced_height(keys.len())
+                } else {
+                    0
+                },
+            };
+            len += 1;
+            m
+        };
+        let m = put(&keys, up.parent, up.dir, up.depth);
+        if levels > 1 {
+            for (kid, dir) in [(keys.start..m, Dir::Left), (m + 1..keys.end, Dir::Right)] {
+                if kid.is_empty() {
+                    continue;
+                }
+                let k = put(&kid, Some(m), dir, up.depth + 1);
+                if levels > 2 {
+                    for (grandkid, dir) in [(kid.start..k, Dir::Left), (k + 1..kid.end, Dir::Right)]
+                    {
+                        if !grandkid.is_empty() {
+                            put(&grandkid, Some(k), dir, up.depth + 2);
+                        }
+                    }
+                }
+            }
+        }
+        self.small_len = len;
     }
 }
 
 impl Iterator for VebOrder {
     type Item = Spot;
 
+    #[inline]
     fn next(&mut self) -> Option<Spot> {
+        if self.small_at < self.small_len {
+            self.small_at += 1;
+            return Some(self.small[self.small_at - 1]);
+        }
+        self.next_frame()
+    }
+}
+
+impl VebOrder {
+    /// [`next`](Iterator::next) once the queued small subtree is done.
+    fn next_frame(&mut self) -> Option<Spot> {
         while let Some(frame) = self.stack.pop() {
             match frame {
                 Frame::Top { keys, levels, up } => {
@@ -177,34 +249,10 @@ impl Iterator for VebOrder {
                         // Up to three levels the order is the pre-order (the
                         // top is the root alone, each half below it at most
                         // two levels): the root now, then each child's
-                        // subtree. Most nodes lie in these levels, so they
-                        // skip the `Below` frames.
-                        let m = middle(&keys);
-                        let child = |dir| Up {
-                            parent: Some(m),
-                            dir,
-                            depth: up.depth + 1,
-                        };
-                        for (keys, dir) in
-                            [(m + 1..keys.end, Dir::Right), (keys.start..m, Dir::Left)]
-                        {
-                            self.stack.push(Frame::Top {
-                                keys,
-                                levels: levels - 1,
-                                up: child(dir),
-                            });
-                        }
-                        return Some(Spot {
-                            rank: m,
-                            parent: up.parent,
-                            dir: up.dir,
-                            depth: up.depth,
-                            height: if self.heights {
-                                balanced_height(keys.len())
-                            } else {
-                                0
-                            },
-                        });
+                        // subtree, queued at once, without a frame each.
+                        self.fill_small(keys, levels, up);
+                        self.small_at = 1;
+                        return Some(self.small[0]);
                     }
                     let top = levels / 2;
                     self.stack.push(Frame::Below {
