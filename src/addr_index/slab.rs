@@ -345,6 +345,7 @@ impl<M> Slab<M> {
     /// purged chunk becomes resident again); not written (the caller writes
     /// it with [`fill`](Slab::fill) where [`alloc`](Slab::alloc) may be
     /// called). A node never handed out before is written empty first.
+    #[inline]
     pub(crate) fn pop_free(&mut self) -> Option<NonNull<RangeNode<M>>> {
         let c = first_set(&self.has_free)?;
         let chunk = &mut self.chunks[c];

@@ -116,6 +116,7 @@ impl<T> Staged<T> {
         self.blocks.last()?.last()
     }
 
+    #[inline]
     fn push(&mut self, f: Fields<Record<T>>) {
         match self.blocks.last_mut() {
             Some(b) if b.len() < BLOCK => b.push(f),
@@ -127,6 +128,7 @@ impl<T> Staged<T> {
         }
     }
 
+    #[inline]
     fn get(&self, i: usize) -> Fields<Record<T>> {
         self.blocks[i / BLOCK][i % BLOCK]
     }

@@ -115,6 +115,7 @@ impl<N: Linked> Shadow<N> {
     ///
     /// Returns whether this was the first rank placed in its block of the
     /// map (a fresh page: the caller may count it as more work).
+    #[inline]
     pub(crate) unsafe fn place(&mut self, spot: Spot, node: NonNull<N>) -> bool {
         debug_assert!(self.updates == 0, "place after insert or erase");
         if self.placed.is_empty() {
