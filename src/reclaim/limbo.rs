@@ -131,14 +131,41 @@ impl<T> Limbo<T> {
         self.period += 1;
         self.retiring = false;
         self.asked = false;
-        if !self.queue.is_empty() {
-            self.begin_waiting(also, due, job);
+        if self.queue.is_empty() {
+            return;
         }
+        let epoch = self.passed();
+        if self.ends.0 > epoch.min(also) && self.only_counts(epoch) {
+            // The common case while writes churn: nothing is due and the
+            // job would only count towards the next help (what
+            // `begin_waiting` does then, without its call).
+            self.since_help += 1;
+            self.asked = true;
+            *job = None;
+            return;
+        }
+        self.begin_waiting(epoch, also, due, job);
     }
 
-    /// [`begin`](Limbo::begin) while items wait.
-    fn begin_waiting(&mut self, also: u64, mut due: impl FnMut(T), job: &mut Option<Job>) {
-        let epoch = self.passed();
+    /// Whether [`job_with`](Limbo::job_with)`(epoch, false)` would only
+    /// count towards the next help and return `None`: the announcement
+    /// outstanding has not passed, and no help comes due.
+    #[inline]
+    fn only_counts(&self, epoch: u64) -> bool {
+        epoch < self.announced
+            && self.since_help + 1 < HELP_EVERY
+            && self.queue.len() < HELP_BACKLOG
+    }
+
+    /// [`begin`](Limbo::begin) while items wait, given the period
+    /// announced as passed.
+    fn begin_waiting(
+        &mut self,
+        epoch: u64,
+        also: u64,
+        mut due: impl FnMut(T),
+        job: &mut Option<Job>,
+    ) {
         let passed = epoch.min(also);
         if self.ends.0 <= passed {
             while let Some(&(p, _)) = self.queue.front() {
