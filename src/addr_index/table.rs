@@ -233,10 +233,10 @@ impl<T> Table<T> {
         self.segment(s).get(at)
     }
 
-    /// The slot holding `id`, searched over the used slots. Never out of
-    /// bounds, whatever a torn read gives.
+    /// The slot holding `id` and its index, searched over the used slots.
+    /// Never out of bounds, whatever a torn read gives.
     #[inline]
-    fn position(&self, id: u64) -> Option<usize> {
+    fn position(&self, id: u64) -> Option<(usize, &Slot<T>)> {
         // Relaxed: validated by the latch (readers) or under the lock.
         let len = self.len.load(Ordering::Relaxed);
         // The top segment holds half the slots: look there first.
@@ -253,15 +253,14 @@ impl<T> Table<T> {
                 // the oldest ones first), else the search starts narrower.
                 let at = usize::try_from(id - first).map_or(slots.len(), |d| d.min(slots.len()));
                 let slots = &slots[..at.saturating_add(1).min(slots.len())];
-                if slots
-                    .last()
-                    .is_some_and(|s| s.id.load(Ordering::Relaxed) == id)
+                if let Some(last) = slots.last()
+                    && last.id.load(Ordering::Relaxed) == id
                 {
-                    return Some(start(s) + slots.len() - 1);
+                    return Some((start(s) + slots.len() - 1, last));
                 }
                 return (slots.binary_search_by_key(&id, |s| s.id.load(Ordering::Relaxed)))
                     .ok()
-                    .map(|at| start(s) + at);
+                    .map(|at| (start(s) + at, &slots[at]));
             }
         }
         None
@@ -271,9 +270,9 @@ impl<T> Table<T> {
     /// answer is meaningful only once the latch validated it.
     #[inline]
     pub(crate) fn find(&self, id: u64) -> *mut Record<T> {
-        match self.position(id).and_then(|i| self.slot(i)) {
+        match self.position(id) {
             // Relaxed: validated by the latch, like every word read here.
-            Some(s) => s.record.load(Ordering::Relaxed),
+            Some((_, s)) => s.record.load(Ordering::Relaxed),
             None => ptr::null_mut(),
         }
     }
@@ -383,7 +382,7 @@ impl<T> Table<T> {
 
     /// Points the live slot of `id` at `record`.
     pub(crate) fn set(&self, id: u64, record: NonNull<Record<T>>, dirty: &mut Dirty) {
-        let i = self.position(id).expect("set of a registered id");
+        let (i, _) = self.position(id).expect("set of a registered id");
         self.set_slot(i, id, record.as_ptr());
         dirty.add(i, i + 1);
     }
@@ -391,16 +390,16 @@ impl<T> Table<T> {
     /// The slot and record of live module `id`, if any (writer-only: for
     /// [`remove_at`](Table::remove_at) without a second search).
     pub(crate) fn locate(&self, id: u64) -> Option<(usize, NonNull<Record<T>>)> {
-        let i = self.position(id)?;
-        NonNull::new(load(self.slot(i)?).1).map(|r| (i, r))
+        let (i, slot) = self.position(id)?;
+        NonNull::new(load(slot).1).map(|r| (i, r))
     }
 
     /// Tombstones live slot `i` (from [`locate`](Table::locate), nothing
     /// changed since), compacting if tombstones dominate (and dropping the
     /// top segments if the live slots fill less than a quarter).
     pub(crate) fn remove_at(&self, i: usize, dirty: &mut Dirty) {
-        let (id, _) = load(self.slot(i).expect("a located slot"));
-        self.set_slot(i, id, ptr::null_mut());
+        // Relaxed: see the section comment. The id stays: a tombstone.
+        (self.slot(i).expect("a located slot").record).store(ptr::null_mut(), Ordering::Relaxed);
         let live = self.live() - 1;
         self.live.store(live, Ordering::Relaxed);
         dirty.add(i, i + 1);
