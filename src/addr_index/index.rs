@@ -344,6 +344,7 @@ impl<T> AddrIndex<T> {
     /// state, before readers are steered to it: the bounds, and the module
     /// table (table 1 catches up with table 0 on commit; table 0 goes back to
     /// table 1 on rollback).
+    #[inline]
     pub(super) fn publish(
         &self,
         copy: usize,

@@ -198,16 +198,18 @@ impl<T> Reserve<T> {
         }
         let size = size_of::<Node<T>>();
         let (mut c, mut quarters) = (0, 0_usize);
-        while self.marked < need && quarters < budget.saturating_mul(4) {
-            quarters += if slab.recycled_len() > 0 { 1 } else { 4 };
-            let n = match slab.pop_free() {
-                Some(n) => n,
-                None => {
-                    let n = slab.alloc_chunk();
-                    self.resync(slab);
-                    n
-                }
+        let budget = budget.saturating_mul(4);
+        while self.marked < need && quarters < budget {
+            // A word's free nodes at a time, no more than the budget's
+            // worth at a whole unit each.
+            let max = (need - self.marked).min((budget - quarters).div_ceil(4));
+            let Some((n, taken, fresh)) = slab.pop_free_run(max) else {
+                slab.grow_free();
+                self.resync(slab);
+                continue;
             };
+            let count = taken.count_ones() as usize;
+            quarters += (count - fresh) + 4 * fresh;
             let a = n.as_ptr().addr();
             let within = |c: usize| {
                 let (first, len) = self.spans[c];
@@ -218,10 +220,12 @@ impl<T> Reserve<T> {
             if !within(c) {
                 c = self.spans.partition_point(|s| s.0.as_ptr().addr() <= a) - 1;
             }
+            // `n` is node `64 w` of its chunk (`pop_free_run`).
             let i = (a - self.spans[c].0.as_ptr().addr()) / size;
             debug_assert!(i < self.spans[c].1, "a node outside every chunk");
-            self.bits[c][i / 64] |= 1 << (i % 64);
-            self.marked += 1;
+            debug_assert_eq!(i % 64, 0, "a run starts a word");
+            self.bits[c][i / 64] |= taken;
+            self.marked += count;
         }
         Some(quarters.div_ceil(4))
     }

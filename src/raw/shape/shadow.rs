@@ -19,6 +19,7 @@ use crate::raw::links::{Dir, HEIGHTS_MAX, Linked, link_store_order};
 use crate::raw::rbtree::Side;
 use crate::raw::txn::{Ends, Op, Slot, Txn};
 use crate::sync::{AtomicPtr, Ordering};
+use alloc::boxed::Box;
 use alloc::vec;
 use alloc::vec::Vec;
 use core::ptr::{self, NonNull};
@@ -26,6 +27,9 @@ use core::ptr::{self, NonNull};
 /// Ranks a block of [`Shadow`]'s placed map covers (one 4 KiB page of
 /// pointers).
 const PLACED_BLOCK: usize = 4096 / size_of::<usize>();
+
+/// One block of [`Shadow`]'s placed map.
+type PlacedBlock<N> = [*mut N; PLACED_BLOCK];
 
 /// A red-black tree of nodes in no copy, kept identical in both link sets;
 /// see the module docs. Either built in the balanced shape ([`place`]) and
@@ -45,7 +49,7 @@ pub(crate) struct Shadow<N> {
     /// (one zeroed map of the whole shape took a millisecond to allocate
     /// at 262 144 ranks inside one write, and the first nodes of the van
     /// Emde Boas order, spread over every rank, fault in a page each).
-    placed: Vec<Vec<*mut N>>,
+    placed: Vec<Option<Box<PlacedBlock<N>>>>,
     /// Inserts and erases since the balanced shape (the `Shape` the copies
     /// take on at adoption), and the deepest insert among them.
     pub(super) updates: usize,
@@ -120,19 +124,26 @@ impl<N: Linked> Shadow<N> {
         debug_assert!(self.updates == 0, "place after insert or erase");
         if self.placed.is_empty() {
             self.placed = (0..self.shape_len.div_ceil(PLACED_BLOCK))
-                .map(|_| Vec::new())
+                .map(|_| None)
                 .collect();
         }
         let n = node.as_ptr();
         let parent = spot.parent.map_or(ptr::null_mut(), |p| {
-            self.placed[p / PLACED_BLOCK][p % PLACED_BLOCK]
+            self.placed[p / PLACED_BLOCK]
+                .as_ref()
+                .map_or(ptr::null_mut(), |b| b[p % PLACED_BLOCK])
         });
         debug_assert!(spot.parent.is_none() || !parent.is_null(), "parent first");
         let block = &mut self.placed[spot.rank / PLACED_BLOCK];
-        let fresh = block.is_empty();
-        if fresh {
-            *block = vec![ptr::null_mut(); PLACED_BLOCK];
-        }
+        let fresh = block.is_none();
+        // Zeroed memory (null pointers), which the allocator hands out
+        // without writing it where it maps fresh pages.
+        let block = block.get_or_insert_with(|| {
+            vec![ptr::null_mut(); PLACED_BLOCK]
+                .into_boxed_slice()
+                .try_into()
+                .expect("a block of PLACED_BLOCK ranks")
+        });
         block[spot.rank % PLACED_BLOCK] = n;
         let full = (self.shape_len + 1).ilog2() as usize;
         // SAFETY: `node` is live (caller).
