@@ -395,22 +395,26 @@ impl<M> Slab<M> {
         chunk.free_bits[w] &= !taken;
         let count = taken.count_ones() as usize;
         chunk.free -= count;
-        let (mut bits, mut fresh, mut first) = (taken, 0, None);
+        // `first` bytes in, the `len` nodes after it are inside the
+        // allocation (`grow`), and node `64 w` is one of them (word `w` has
+        // a free bit, a node at or above it).
+        // SAFETY: so the word's first node is inside the chunk, aligned.
+        let first = unsafe {
+            (chunk.base.add(chunk.first))
+                .cast::<RangeNode<M>>()
+                .add(w * 64)
+        };
+        let (mut bits, mut fresh) = (taken, 0);
         while bits != 0 {
             let b = bits.trailing_zeros() as usize;
             bits &= bits - 1;
             // A bit taken off the free bits is a node of the chunk, and
             // they are taken lowest first.
             // SAFETY: so `hand_out`'s contract holds.
-            let (node, new) = unsafe { hand_out::<M>(chunk, c, w * 64 + b) };
-            fresh += usize::from(new);
-            // Node `64 w + b` of the chunk, `b` nodes past node `64 w`,
-            // which is in the chunk too.
-            // SAFETY: so the result is inside the chunk, aligned.
-            first.get_or_insert_with(|| unsafe { node.sub(b) });
+            fresh += usize::from(unsafe { hand_out::<M>(chunk, c, w * 64 + b) }.1);
         }
         self.handed_out(c, count);
-        Some((first?, taken, fresh))
+        Some((first, taken, fresh))
     }
 
     /// Chunk `c`, about to hand out nodes: resident again if it was purged.
