@@ -19,7 +19,9 @@
 #                            `compare --only lookups,pauses` (huge-pages)
 #                   pair     callgrind instruction counts of an insert +
 #                            remove pair, and of an insert while growing
-#                            to 65 536 in each order (once per build:
+#                            to 65 536 in each order, and what a lookup
+#                            costs at 262 144 in each order (instructions,
+#                            simulated cache misses) (once per build:
 #                            deterministic)
 #   --out DIR     where builds, runs and summaries go (default
 #                 target/figures)
@@ -149,6 +151,20 @@ if wants pair; then
                 inserts=$(grep -o '^[0-9]* inserts' "$log.txt" | cut -d' ' -f1)
                 echo "$b grow_index $order: $got instructions / $inserts inserts = $(((got + inserts / 2) / inserts)) an insert" |
                     tee -a "$OUT/summary-pair.txt"
+            done
+            # What a lookup costs readers at 262 144 ranges, in instructions
+            # and simulated misses (a 16 MiB last level): no drift with the
+            # machine's load.
+            for order in ascending descending random bulk; do
+                log=$OUT/runs/lookups-$b-$order.callgrind
+                valgrind --tool=callgrind --cache-sim=yes --LL=16777216,16,64 \
+                    --callgrind-out-file="$log.out" --toggle-collect='*lookup_stream*' \
+                    "$OUT/bin/$b/pair" lookups "$order" >"$log.txt" 2>&1
+                read -r ir d1 ll < <(awk '/Collected :/ { print $4, $8, $11 }' "$log.txt")
+                n=$(grep -o '^[0-9]* lookups' "$log.txt" | cut -d' ' -f1)
+                awk -v b="$b" -v o="$order" -v ir="$ir" -v d1="$d1" -v ll="$ll" -v n="$n" 'BEGIN {
+                    printf "%s lookup_stream %s: %.1f instructions, %.2f D1 misses, %.3f LL misses a lookup (%d lookups)\n",
+                        b, o, ir / n, d1 / n, ll / n, n }' | tee -a "$OUT/summary-pair.txt"
             done
         done
     else

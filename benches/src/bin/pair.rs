@@ -23,9 +23,20 @@
 //! ```
 //!
 //! and prints how many inserts it made to divide by.
+//!
+//! With `lookups ORDER` (`ascending`, `descending`, `random` or `bulk`: one
+//! batch) it grows an `AddrIndex` to [`LOOKED_UP`] ranges of
+//! `Workload::ranges` in that order, then looks up a stream of [`STREAM`]
+//! distinct addresses, in `lookup_stream`, for callgrind's cache simulation:
+//! what a lookup costs readers in instructions and simulated misses, a figure
+//! that does not drift with a shared machine's load as wall time does:
+//!
+//! ```text
+//! valgrind --tool=callgrind --cache-sim=yes --toggle-collect='*lookup_stream*' target/release/pair lookups random
+//! ```
 
 use latchtree::{AddrIndex, LatchTree};
-use latchtree_benches::workload::Growth;
+use latchtree_benches::workload::{Growth, Workload};
 use std::collections::BTreeMap;
 use std::hint::black_box;
 
@@ -87,7 +98,48 @@ fn grow_index(ix: &AddrIndex<u64>, ranges: &[(u64, u64)]) {
     }
 }
 
+/// Ranges a `lookups` run grows to.
+const LOOKED_UP: usize = 262_144;
+/// Distinct addresses a `lookups` run looks up.
+const STREAM: usize = 1 << 20;
+
+#[inline(never)]
+fn lookup_stream(ix: &AddrIndex<u64>, addrs: &[u64]) -> usize {
+    addrs.iter().filter(|&&a| ix.lookup(a).is_some()).count()
+}
+
+/// `pair lookups ORDER`: see the module docs.
+fn lookups(order: &str) {
+    let w = Workload::ranges(LOOKED_UP, 0x6c6f_6f6b ^ LOOKED_UP as u64);
+    let ix = AddrIndex::new();
+    if order == "bulk" {
+        ix.write(|b| {
+            for (i, &(s, e)) in w.ranges.iter().enumerate() {
+                b.insert(s..e, i as u64).expect("disjoint");
+            }
+        });
+    } else {
+        let growth = Growth::ALL
+            .into_iter()
+            .find(|g| g.name() == order)
+            .unwrap_or_else(|| {
+                panic!("unknown order {order:?}: ascending, descending, random or bulk")
+            });
+        grow_index(&ix, &growth.arrange(&w.ranges));
+    }
+    let addrs = w.stream(STREAM, 0x7374_7265);
+    let hits = black_box(lookup_stream(&ix, &addrs));
+    println!(
+        "{STREAM} lookups ({hits} hits) at {LOOKED_UP} ranges, {order}; {}",
+        latchtree_benches::machine::describe()
+    );
+}
+
 fn main() {
+    if std::env::args().nth(1).as_deref() == Some("lookups") {
+        let order = std::env::args().nth(2).unwrap_or_else(|| "random".into());
+        return lookups(&order);
+    }
     if let Some(order) = std::env::args().nth(1) {
         let growth = Growth::ALL
             .into_iter()

@@ -102,7 +102,7 @@ pub(crate) struct VebOrder {
     /// is their van Emde Boas order: most nodes lie in such subtrees, and
     /// they are worked out together instead of a frame a node.
     small: [Spot; SMALL],
-    /// `small[at..len]` are still to come.
+    /// `small[small_at..small_len]` are still to come.
     small_at: usize,
     small_len: usize,
 }
@@ -221,22 +221,7 @@ impl VebOrder {
         }
         self.small_len = len;
     }
-}
 
-impl Iterator for VebOrder {
-    type Item = Spot;
-
-    #[inline]
-    fn next(&mut self) -> Option<Spot> {
-        if self.small_at < self.small_len {
-            self.small_at += 1;
-            return Some(self.small[self.small_at - 1]);
-        }
-        self.next_frame()
-    }
-}
-
-impl VebOrder {
     /// [`next`](Iterator::next) once the queued small subtree is done.
     fn next_frame(&mut self) -> Option<Spot> {
         while let Some(frame) = self.stack.pop() {
@@ -295,6 +280,19 @@ impl VebOrder {
             }
         }
         None
+    }
+}
+
+impl Iterator for VebOrder {
+    type Item = Spot;
+
+    #[inline]
+    fn next(&mut self) -> Option<Spot> {
+        if self.small_at < self.small_len {
+            self.small_at += 1;
+            return Some(self.small[self.small_at - 1]);
+        }
+        self.next_frame()
     }
 }
 
