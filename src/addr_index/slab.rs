@@ -894,6 +894,59 @@ mod tests {
         }
     }
 
+    /// A run hands out the nodes that as many single pops would, in the
+    /// same order (the lowest free ones of the oldest chunk that has any,
+    /// at most `max` and within one word), and says how many of them were
+    /// never handed out before.
+    #[test]
+    fn a_run_takes_what_single_pops_would() {
+        let place = |s: &Slab<()>, n: NonNull<RangeNode<()>>| {
+            let c = s.chunk_of(n);
+            let i = (n.as_ptr().addr() - s.chunks[c].first_addr()) / size_of::<RangeNode<()>>();
+            (c, i)
+        };
+        // Two slabs alike: three chunks (16 + 32 + 48 nodes), 70 nodes
+        // handed out, two in three of them recycled.
+        let (mut runs, mut pops) = (Slab::<()>::new(), Slab::<()>::new());
+        for s in [&mut runs, &mut pops] {
+            for _ in 0..3 {
+                s.grow_free();
+            }
+            let taken: Vec<_> = (0..70).map(|_| s.pop_free().unwrap()).collect();
+            for (i, &n) in taken.iter().enumerate() {
+                if i % 3 != 1 {
+                    s.recycle(n);
+                }
+            }
+        }
+        let (mut got, mut want) = (Vec::new(), Vec::new());
+        for max in [1, 5, 64, 3, 64, 2, 64, 64, 64, 64] {
+            let touched: Vec<_> = runs.chunks.iter().map(|c| c.touched).collect();
+            let Some((first, taken, fresh)) = runs.pop_free_run(max) else {
+                break;
+            };
+            assert!(
+                taken != 0 && taken.count_ones() as usize <= max,
+                "{max}: {taken:#x}"
+            );
+            let (mut bits, mut never) = (taken, 0);
+            while bits != 0 {
+                let b = bits.trailing_zeros() as usize;
+                bits &= bits - 1;
+                // SAFETY: bit `b` of a run is node `first + b` of its chunk.
+                let (c, i) = place(&runs, unsafe { first.add(b) });
+                never += usize::from(i >= touched[c]);
+                got.push((c, i));
+                let p = pops.pop_free().unwrap();
+                want.push(place(&pops, p));
+            }
+            assert_eq!(fresh, never, "{max}: nodes never handed out before");
+        }
+        assert_eq!(got, want);
+        assert_eq!(runs.free_len(), pops.free_len());
+        assert!(runs.pop_free_run(64).is_none() && pops.pop_free().is_none());
+    }
+
     /// Past 2 MiB of nodes, chunks are 2 MiB-aligned and 2 MiB long (what a
     /// huge page needs), and every node handed out is distinct and usable.
     #[test]
