@@ -382,8 +382,9 @@ impl<T> Table<T> {
 
     /// Points the live slot of `id` at `record`.
     pub(crate) fn set(&self, id: u64, record: NonNull<Record<T>>, dirty: &mut Dirty) {
-        let (i, _) = self.position(id).expect("set of a registered id");
-        self.set_slot(i, id, record.as_ptr());
+        let (i, slot) = self.position(id).expect("set of a registered id");
+        // Relaxed: see the section comment. The id stays.
+        slot.record.store(record.as_ptr(), Ordering::Relaxed);
         dirty.add(i, i + 1);
     }
 
