@@ -353,6 +353,9 @@ impl<M> Slab<M> {
     /// purged chunk becomes resident again); not written (the caller writes
     /// it with [`fill`](Slab::fill) where [`alloc`](Slab::alloc) may be
     /// called). A node never handed out before is written empty first.
+    /// ([`pop_free_run`](Slab::pop_free_run) of one node, without the
+    /// run's loop: as that, an insert + remove pair cost 58 instructions
+    /// more.)
     #[inline]
     pub(crate) fn pop_free(&mut self) -> Option<NonNull<RangeNode<M>>> {
         let c = first_set(&self.has_free)?;

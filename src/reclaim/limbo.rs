@@ -135,11 +135,10 @@ impl<T> Limbo<T> {
             return;
         }
         let epoch = self.passed();
-        if self.ends.0 > epoch.min(also) && self.only_counts(epoch) {
+        if self.ends.0 > epoch.min(also) && self.only_counted(epoch) {
             // The common case while writes churn: nothing is due and the
-            // job would only count towards the next help (what
-            // `begin_waiting` does then, without its call).
-            self.since_help += 1;
+            // job only counted towards the next help (what `begin_waiting`
+            // does then, through `job_with`, without its call).
             self.asked = true;
             *job = None;
             return;
@@ -147,14 +146,20 @@ impl<T> Limbo<T> {
         self.begin_waiting(epoch, also, due, job);
     }
 
-    /// Whether [`job_with`](Limbo::job_with)`(epoch, false)` would only
-    /// count towards the next help and return `None`: the announcement
-    /// outstanding has not passed, and no help comes due.
+    /// [`job_with`](Limbo::job_with)'s common case, given the period
+    /// announced as passed: if the outstanding announcement has not passed
+    /// and no help comes due, counts towards the next help and returns
+    /// true (the job is then `None`); else changes nothing.
     #[inline]
-    fn only_counts(&self, epoch: u64) -> bool {
-        epoch < self.announced
+    fn only_counted(&mut self, epoch: u64) -> bool {
+        if epoch < self.announced
             && self.since_help + 1 < HELP_EVERY
             && self.queue.len() < HELP_BACKLOG
+        {
+            self.since_help += 1;
+            return true;
+        }
+        false
     }
 
     /// [`begin`](Limbo::begin) while items wait, given the period
@@ -236,7 +241,7 @@ impl<T> Limbo<T> {
     /// once by a caller that read it already).
     #[inline]
     fn job_with(&mut self, passed: u64, always_help: bool) -> Option<Job> {
-        if self.queue.is_empty() {
+        if self.queue.is_empty() || (!always_help && self.only_counted(passed)) {
             return None;
         }
         let latest = self.ends.1;
