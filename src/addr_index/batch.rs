@@ -339,12 +339,14 @@ impl<T> IndexBatch<'_, T> {
         w.layout.settle(&mut self.txn, &mut w.slab);
     }
 
-    /// Finishes the layout work writes do a slice at a time
-    /// (`Layout::finish`); whether another write is needed to give back
-    /// the tree it replaced.
-    pub(super) fn finish_layout(&mut self) -> bool {
+    /// A bounded slice of the layout work writes do a slice at a time, and
+    /// of giving memory back (`Layout::finish`): whether another write has
+    /// more to do, and the most such writes the slab's size can call for
+    /// (`Layout::finish_writes`).
+    pub(super) fn finish_layout(&mut self) -> (bool, usize) {
         let w = &mut *self.w;
-        w.layout.finish(&mut self.txn, &mut w.slab)
+        let more = w.layout.finish(&mut self.txn, &mut w.slab);
+        (more, w.layout.finish_writes(&w.slab))
     }
 
     /// Rebuilds the version being built into the balanced shape now: a tree

@@ -213,7 +213,9 @@ impl<T> Writer<T> {
 /// purged (`madvise`) while its addresses stay mapped, by writes when the
 /// index keeps enough free nodes elsewhere, and by
 /// [`synchronize`](AddrIndex::synchronize), which first moves the live
-/// ranges out of the newest chunks when they fit in the older ones;
+/// ranges out of the newest chunks when they fit in the older ones (a
+/// bounded slice a write, some 0.4 ms of work, so that writers on other
+/// threads get the lock in between);
 /// [`node_memory`](AddrIndex::node_memory) tells how much is resident.
 /// [`shrink_to_fit`](AddrIndex::shrink_to_fit) (`&mut self`: the proof that
 /// no reader is left) also returns the chunks themselves; dropping the

@@ -595,11 +595,15 @@ impl<M> Slab<M> {
         (self.chunks[first..].iter().any(|c| c.free < c.len)).then_some(first)
     }
 
-    /// Every node in use (handed out, not free) in chunks `first..`.
-    pub(crate) fn nodes_from(&self, first: usize) -> Vec<NonNull<RangeNode<M>>> {
+    /// The first `max` nodes in use (handed out, not free) in chunks
+    /// `first..`, in address order.
+    pub(crate) fn nodes_from(&self, first: usize, max: usize) -> Vec<NonNull<RangeNode<M>>> {
         let mut nodes = Vec::new();
         for chunk in &self.chunks[first..] {
             for i in (0..chunk.touched).filter(|i| chunk.free_bits[i / 64] & (1 << (i % 64)) == 0) {
+                if nodes.len() == max {
+                    return nodes;
+                }
                 // `i < touched <= len`: inside the chunk (`grow`).
                 // SAFETY: so the node is inside the allocation, aligned.
                 nodes.push(unsafe { chunk.base.add(chunk.first).cast::<RangeNode<M>>().add(i) });
@@ -614,15 +618,23 @@ impl<M> Slab<M> {
         CAN_PURGE && (self.chunks.iter()).any(|c| !c.purged && !c.unpurgeable && c.free == c.len)
     }
 
-    /// Purges every wholly free resident chunk, spare or not: for a caller
-    /// that wants the memory back now (`AddrIndex::synchronize`).
-    pub(crate) fn purge_free_chunks(&mut self) {
+    /// Purges up to `max` wholly free resident chunks, spare or not (a
+    /// 2 MiB chunk's pages take some 0.3 ms to give back): for a caller
+    /// that wants the memory back now (`AddrIndex::synchronize`). Returns
+    /// whether none is left to purge.
+    pub(crate) fn purge_free_chunks(&mut self, max: usize) -> bool {
+        let mut left = max;
         for c in 0..self.chunks.len() {
             let chunk = &self.chunks[c];
-            if !chunk.purged && chunk.free == chunk.len {
+            if !chunk.purged && !chunk.unpurgeable && chunk.free == chunk.len {
+                if left == 0 {
+                    return false;
+                }
                 self.purge(c);
+                left -= 1;
             }
         }
+        true
     }
 
     /// Gives chunk `c`'s pages back to the OS, if the OS lets it (see the

@@ -262,14 +262,19 @@ impl<T: Send + Sync + 'static> AddrIndex<T> {
     /// });
     /// ```
     pub fn synchronize(&self) {
-        // The layout work writes do a slice at a time, finished: a tree
-        // being moved, trees a move replaced, a defragmentation of a sparse
-        // slab (`layout/`); each needs one more write to give back what it
-        // replaced.
-        for _ in 0..4 {
-            if !self.write(|b| b.finish_layout()) {
-                break;
-            }
+        // The layout work writes do a slice at a time, finished, a bounded
+        // slice a write (`Layout::finish`) so that none holds the lock long:
+        // a tree being moved, trees a move replaced, a defragmentation of a
+        // sparse slab (`layout/`); each needs one more write to give back
+        // what it replaced. At most as many writes as the slab's size can
+        // call for, so that writes on other threads that keep making more
+        // work cannot keep this from returning.
+        let (mut more, mut left) = self.write(|b| b.finish_layout());
+        while more && left > 0 {
+            // Lets a writer waiting for the lock have it between two slices.
+            crate::sync::wait_hint();
+            more = self.write(|b| b.finish_layout()).0;
+            left -= 1;
         }
         crate::reclaim::synchronize(self);
     }
