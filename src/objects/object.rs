@@ -168,8 +168,11 @@ impl<P: Send + Sync + 'static> LoadedObjects<P> {
     /// assert!(all.windows(2).all(|w| w[0].id() < w[1].id()));
     /// ```
     pub fn objects(&self) -> Vec<ObjectRef<P>> {
-        let state = lock(&self.state);
+        // Pinned before `state`: a thread's outermost pin may run deferred
+        // closures of other code (crossbeam's default collector), which
+        // must not run under a lock of ours.
         let guard = self.index.pin();
+        let state = lock(&self.state);
         let loaded = (self.index.modules(&guard))
             .map(|m| ObjectRef::loaded(m.id(), Arc::clone(m.shared_value())));
         let unloaded =

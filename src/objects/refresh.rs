@@ -221,9 +221,10 @@ impl<P: Send + Sync + 'static> LoadedObjects<P> {
             ..Refresh::default()
         };
         let (gone, added, mut retry) = {
+            // Pinned before `state` (as in `objects`).
+            let guard = self.index.pin();
             let mut state = lock(&self.state);
             let Diff { added, removed, .. } = {
-                let guard = self.index.pin();
                 let indexed = self
                     .index
                     .modules(&guard)
