@@ -120,13 +120,14 @@ fn large_rebuilds_lay_nodes_out_in_van_emde_boas_order() {
 /// answering as before. (It did all of it in one write: some 10 ms at
 /// 262 144 ranges with three in four removed.)
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "no purge under Miri, so no defragmentation to bound; the migration's steps run \
+              under Miri in the other layout tests (42 s here for n = 96)"
+)]
 fn synchronize_works_in_bounded_slices() {
-    let policy = if cfg!(miri) {
-        LayoutPolicy::small(16)
-    } else {
-        LayoutPolicy::small(64)
-    };
-    let n: u64 = if cfg!(miri) { 200 } else { 3000 };
+    let policy = LayoutPolicy::small(64);
+    let n: u64 = 3000;
     let per_write = policy.finish_units() / super::MOVE_UNITS;
     for until_migrating in [false, true] {
         let index = AddrIndex::with_policy(policy);
