@@ -18,7 +18,8 @@
 #                   compare  a full `compare` (default features) and
 #                            `compare --only lookups,pauses` (huge-pages)
 #                   pair     callgrind instruction counts of an insert +
-#                            remove pair, and of an insert while growing
+#                            remove pair (past the last key, and spread
+#                            over the tree), and of an insert while growing
 #                            to 65 536 in each order, and what a lookup
 #                            costs at 262 144 in each order (instructions,
 #                            simulated cache misses) (once per build:
@@ -134,7 +135,8 @@ if wants pair; then
     if command -v valgrind >/dev/null; then
         : >"$OUT/summary-pair.txt"
         for b in "${BUILDS[@]}"; do
-            for which in index_pairs latch_pairs btree_pairs; do
+            for which in index_pairs latch_pairs btree_pairs \
+                index_spread_pairs latch_spread_pairs btree_spread_pairs; do
                 log=$OUT/runs/pair-$b-$which.callgrind
                 valgrind --tool=callgrind --callgrind-out-file="$log.out" \
                     --toggle-collect="*$which*" "$OUT/bin/$b/pair" >"$log.txt" 2>&1

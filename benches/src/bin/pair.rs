@@ -14,6 +14,17 @@
 //! Divide the collected instructions (`Collected` in callgrind's summary) by
 //! [`PAIRS`], which the binary prints.
 //!
+//! Those pairs churn one key past the last of the 84, which flatters the
+//! ratios: a `BTreeMap` then splits and merges its last leaf every pair
+//! (613 instructions a pair against 505 in the middle of the map). The
+//! *spread* pairs (`index_spread_pairs`, `latch_spread_pairs`,
+//! `btree_spread_pairs`) churn a key in a different gap each pair, all over
+//! the tree, as a workload that is not append-only does:
+//!
+//! ```text
+//! valgrind --tool=callgrind --toggle-collect='*latch_spread_pairs*' target/release/pair
+//! ```
+//!
 //! With an argument (`ascending`, `descending` or `random`) it instead grows
 //! an `AddrIndex` to [`GROWN`] one-range modules by single inserts in that
 //! order (`benches/src/workload.rs`'s `Growth`), in `grow_index`:
@@ -85,6 +96,39 @@ fn btree_pair(m: &mut BTreeMap<u64, u64>, i: u64) {
 fn btree_pairs(m: &mut BTreeMap<u64, u64>) {
     for i in 0..PAIRS {
         btree_pair(m, i);
+    }
+}
+
+/// Where the `i`th pair of a spread run churns: in the gap after one of the
+/// [`N`] registered ranges (keys), a different one each pair in turn, so
+/// that the churned key lies anywhere in the tree rather than past its
+/// last key.
+fn spread(i: u64) -> u64 {
+    (i * 37 % N) * 0x1000 + 0x900
+}
+
+#[inline(never)]
+fn index_spread_pairs(ix: &AddrIndex<u64>) {
+    for i in 0..PAIRS {
+        let at = spread(i);
+        let id = ix.insert(at..at + 0x100, i).expect("disjoint");
+        drop(black_box(ix.remove(id)));
+    }
+}
+
+#[inline(never)]
+fn latch_spread_pairs(t: &LatchTree<u64, u64>) {
+    for i in 0..PAIRS {
+        t.insert(spread(i), i);
+        black_box(t.remove(&spread(i)));
+    }
+}
+
+#[inline(never)]
+fn btree_spread_pairs(m: &mut BTreeMap<u64, u64>) {
+    for i in 0..PAIRS {
+        m.insert(spread(i), i);
+        black_box(m.remove(&spread(i)));
     }
 }
 
@@ -174,6 +218,9 @@ fn main() {
     index_pairs(&ix);
     latch_pairs(&t);
     btree_pairs(&mut m);
+    index_spread_pairs(&ix);
+    latch_spread_pairs(&t);
+    btree_spread_pairs(&mut m);
     println!(
         "{PAIRS} pairs each; {}",
         latchtree_benches::machine::describe()
