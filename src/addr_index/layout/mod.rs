@@ -251,8 +251,9 @@ impl<T> Layout<T> {
     /// node or the new one, each whole), so that those chunks empty. Each
     /// of these takes at most [`LayoutPolicy::finish_units`] units of this
     /// write (a purge: one chunk), so that no write of a `synchronize`
-    /// holds the writer lock long (all in one write: some 10 ms at 262 144
-    /// ranges with three in four removed; now 0.3–1.2 ms). A move
+    /// holds the writer lock long (one write did nearly all of it: up to
+    /// 8.5 ms at 262 144 ranges with three in four removed; now under 1 ms,
+    /// `benches/src/bin/synchronize.rs`). A move
     /// that came due meanwhile is started here. Returns whether another
     /// write has more to do or to give back: a tree swapped in or nodes
     /// moved leave copy 1 only at this write's commit. A write with nothing

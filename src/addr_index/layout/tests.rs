@@ -117,8 +117,8 @@ fn large_rebuilds_lay_nodes_out_in_van_emde_boas_order() {
 /// takes more than one of them; the loop ends within `finish_writes`, and
 /// leaves what one `synchronize` leaves: no migration, no replaced tree,
 /// the live nodes resident in at most twice a fresh slab's, and the index
-/// answering as before. (It did all of it in one write: some 10 ms at
-/// 262 144 ranges with three in four removed.)
+/// answering as before. (One write did nearly all of it: up to 8.5 ms
+/// at 262 144 ranges with three in four removed.)
 #[test]
 #[cfg_attr(
     miri,
