@@ -48,9 +48,13 @@ fn a_closure_that_a_pin_of_objects_runs_may_call_back_into_it() {
         }
         done.send(()).unwrap();
     });
-    finished
-        .recv_timeout(Duration::from_secs(30))
-        .expect("a closure the pin ran called back into the objects under their lock: deadlock");
+    match finished.recv_timeout(Duration::from_secs(30)) {
+        Ok(()) => {}
+        Err(mpsc::RecvTimeoutError::Timeout) => {
+            panic!("a closure the pin ran called back into the objects under their lock: deadlock")
+        }
+        Err(mpsc::RecvTimeoutError::Disconnected) => panic!("the pinning thread panicked"),
+    }
     assert_eq!(
         RAN.load(Relaxed),
         8,

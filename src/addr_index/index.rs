@@ -214,7 +214,7 @@ impl<T> Writer<T> {
 /// index keeps enough free nodes elsewhere, and by
 /// [`synchronize`](AddrIndex::synchronize), which first moves the live
 /// ranges out of the newest chunks when they fit in the older ones (a
-/// bounded slice a write, some 0.4 ms of work, so that writers on other
+/// bounded slice a write, under a millisecond, so that writers on other
 /// threads get the lock in between);
 /// [`node_memory`](AddrIndex::node_memory) tells how much is resident.
 /// [`shrink_to_fit`](AddrIndex::shrink_to_fit) (`&mut self`: the proof that

@@ -169,8 +169,8 @@ impl<P: Send + Sync + 'static> LoadedObjects<P> {
     /// ```
     pub fn objects(&self) -> Vec<ObjectRef<P>> {
         // Pinned before `state`: a thread's outermost pin may run deferred
-        // closures of other code (crossbeam's default collector), which
-        // must not run under a lock of ours.
+        // closures of other code (crossbeam's default collector), and one
+        // that asks these objects for an object would wait for `state`.
         let guard = self.index.pin();
         let state = lock(&self.state);
         let loaded = (self.index.modules(&guard))

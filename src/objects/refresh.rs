@@ -221,7 +221,8 @@ impl<P: Send + Sync + 'static> LoadedObjects<P> {
             ..Refresh::default()
         };
         let (gone, added, mut retry) = {
-            // Pinned before `state` (as in `objects`).
+            // Pinned before `state` (as in `objects`); under `refreshing`
+            // still, which only a refresh takes.
             let guard = self.index.pin();
             let mut state = lock(&self.state);
             let Diff { added, removed, .. } = {

@@ -119,9 +119,15 @@ impl LayoutPolicy {
     }
 
     /// The units one write of a `synchronize` does ([`Layout::finish`]):
-    /// 16 slices (8192 units, some 0.4 ms with cold nodes).
+    /// 16 slices (8192 units, some 0.4 ms with cold nodes), and enough to
+    /// move a node whatever the slice.
     pub(super) const fn finish_units(&self) -> usize {
-        self.slice.saturating_mul(16)
+        let units = self.slice.saturating_mul(16);
+        if units > MOVE_UNITS {
+            units
+        } else {
+            MOVE_UNITS
+        }
     }
 
     /// What growing the slab by a chunk counts against a slice: more than
@@ -243,21 +249,22 @@ impl<T> Layout<T> {
 
     /// Does a bounded slice of what writes do a slice at a time, and gives
     /// memory back, for a caller that wants it back now (`synchronize`,
-    /// which repeats it until it returns false): the migration running, if
-    /// any; the trees a migration replaced; every wholly free chunk's pages
-    /// (purged, spare or not); and, if the live nodes fit in the free nodes
-    /// of older chunks, a defragmentation that moves the nodes of the newer
-    /// chunks there (`Txn::replace`: O(1) a node, and a reader sees the old
-    /// node or the new one, each whole), so that those chunks empty. Each
-    /// of these takes at most [`LayoutPolicy::finish_units`] units of this
-    /// write (a purge: one chunk), so that no write of a `synchronize`
-    /// holds the writer lock long (one write did nearly all of it: up to
-    /// 8.5 ms at 262 144 ranges with three in four removed; now under 1 ms,
-    /// `benches/src/bin/synchronize.rs`). A move
-    /// that came due meanwhile is started here. Returns whether another
-    /// write has more to do or to give back: a tree swapped in or nodes
-    /// moved leave copy 1 only at this write's commit. A write with nothing
-    /// to do changes nothing (and is not counted).
+    /// which repeats it until it returns false). One kind of work a write,
+    /// in this order, each taking at most [`LayoutPolicy::finish_units`]
+    /// units: the trees a migration replaced, given back; the migration
+    /// running, if any (a move that came due meanwhile is started here);
+    /// if the live nodes fit in the free nodes of older chunks, a
+    /// defragmentation that moves the nodes of the newer chunks there
+    /// (`Txn::replace`: O(1) a node, and a reader sees the old node or the
+    /// new one, each whole), so that those chunks empty; last, once nothing
+    /// can fill a chunk again, the wholly free chunks' pages, one chunk a
+    /// write. So no write of a `synchronize` holds the writer lock long
+    /// (besides this, the write's own `settle` slice): one write did nearly
+    /// all of it before, up to 8.5 ms at 262 144 ranges with three in four
+    /// removed; now under 1 ms (`benches/src/bin/synchronize.rs`). Returns
+    /// whether another write has more to do or to give back: a tree swapped
+    /// in or nodes moved leave copy 1 only at this write's commit. A write
+    /// with nothing to do changes nothing (and is not counted).
     pub(super) fn finish(
         &mut self,
         txn: &mut Txn<'_, Node<T>>,
@@ -275,8 +282,7 @@ impl<T> Layout<T> {
         // flip (`slab.rs`).
         txn.begin();
         txn.release_retired(budget, |n| slab.recycle(n));
-        let purged = slab.purge_free_chunks(PURGES_PER_FINISH);
-        if txn.retiring() || !purged {
+        if txn.retiring() {
             // The rest next write: until the replaced trees are back, no
             // move starts and no defragmentation can count them.
             return true;
@@ -288,36 +294,40 @@ impl<T> Layout<T> {
             self.step(txn, slab, budget);
             return true;
         }
-        let Some(first) = self.evacuation(txn, slab) else {
-            return false;
-        };
-        for old in slab.nodes_from(first, budget / MOVE_UNITS) {
-            let new = slab.pop_free().expect("evacuation: room in older chunks");
-            // Every node in use is in the tree (`evacuation`), so `old` is a
-            // live node of copy 0, and `new` a free node in no copy, written
-            // with `old`'s fields (its range is `old`'s); this transaction
-            // flipped `seq` (above).
-            // SAFETY: so `fill` writes an unreachable node and `replace`
-            // swaps a live node of copy 0 for it.
-            unsafe {
-                slab.fill(new, old.as_ref().fields());
-                txn.replace(old, new);
+        if let Some(first) = self.evacuation(txn, slab) {
+            for old in slab.nodes_from(first, budget / MOVE_UNITS) {
+                let new = slab.pop_free().expect("evacuation: room in older chunks");
+                // Every node in use is in the tree (`evacuation`), so `old`
+                // is a live node of copy 0, and `new` a free node in no
+                // copy, written with `old`'s fields (its range is `old`'s);
+                // this transaction flipped `seq` (above).
+                // SAFETY: so `fill` writes an unreachable node and
+                // `replace` swaps a live node of copy 0 for it.
+                unsafe {
+                    slab.fill(new, old.as_ref().fields());
+                    txn.replace(old, new);
+                }
             }
+            return true;
         }
-        true
+        // Purged last: a migration's reservation or a defragmentation would
+        // fill the chunks again.
+        !slab.purge_free_chunks(PURGES_PER_FINISH)
     }
 
-    /// The most writes that [`finish`](Layout::finish) can need to finish
-    /// the work `slab` can hold (every node released, moved by a migration,
-    /// and moved again by a defragmentation, a slice at a time; every chunk
-    /// purged), with room to spare: what `synchronize` bounds its loop by,
-    /// so that writers on other threads that keep making new work cannot
-    /// keep it from returning.
+    /// A bound on the writes that [`finish`](Layout::finish) needs to
+    /// finish the work `slab` can hold, four times what it can take
+    /// (every node released, moved by a migration and moved again by a
+    /// defragmentation, a slice at a time; every chunk, and as many again
+    /// grown by the migration, purged), so that only writers on other
+    /// threads that keep making new work reach it: what `synchronize`
+    /// bounds its loop by, so that they cannot keep it from returning.
     pub(super) fn finish_writes(&self, slab: &Slab<Record<T>>) -> usize {
         let units = slab
             .nodes()
-            .saturating_mul(2 + MIGRATION_UNITS + MOVE_UNITS);
-        8 + units / self.policy.finish_units() + slab.chunk_count() / PURGES_PER_FINISH
+            .saturating_mul(1 + MIGRATION_UNITS + MOVE_UNITS);
+        let chunks = 2 * slab.chunk_count() / PURGES_PER_FINISH;
+        (16 + units / self.policy.finish_units() + chunks).saturating_mul(4)
     }
 
     /// The oldest chunk from which on the nodes in use can all move to free

@@ -110,26 +110,41 @@ fn large_rebuilds_lay_nodes_out_in_van_emde_boas_order() {
 }
 
 /// `synchronize`'s work, done a bounded slice a write (`Layout::finish`),
-/// on a tree grown by single inserts with seven ranges in eight removed
-/// (a defragmentation to do), and on the same with inserts after that
-/// until a migration runs: each of its writes moves at most
-/// `finish_units / MOVE_UNITS` nodes out of sparse chunks, and a migration
-/// takes more than one of them; the loop ends within `finish_writes`, and
-/// leaves what one `synchronize` leaves: no migration, no replaced tree,
-/// the live nodes resident in at most twice a fresh slab's, and the index
-/// answering as before. (One write did nearly all of it: up to 8.5 ms
-/// at 262 144 ranges with three in four removed.)
+/// on trees grown by single inserts with all but one range in `keep`
+/// removed (a defragmentation to do), some with inserts after that until a
+/// migration runs, under tiny and default thresholds and larger slices:
+/// each of its writes moves at most `finish_units / MOVE_UNITS` nodes out
+/// of sparse chunks, and a migration takes more than one of them; the loop
+/// ends within `finish_writes` (a slice of 1024 units at 5093 ranges once
+/// needed more writes than a tighter bound allowed: purges ran before a
+/// migration's reservation and a defragmentation filled the chunks again),
+/// and leaves what one `synchronize` leaves: nothing more to do, no free
+/// chunk resident, the live nodes resident in at most twice a fresh slab's,
+/// and the index answering as before. (One write did nearly all of it: up
+/// to 8.5 ms at 262 144 ranges with three in four removed.)
 #[test]
 #[cfg_attr(
     miri,
     ignore = "no purge under Miri, so no defragmentation to bound; the migration's steps run \
-              under Miri in the other layout tests (42 s here for n = 96)"
+              under Miri in the other layout tests (42 s for one small case)"
 )]
 fn synchronize_works_in_bounded_slices() {
-    let policy = LayoutPolicy::small(64);
-    let n: u64 = 3000;
-    let per_write = policy.finish_units() / super::MOVE_UNITS;
-    for until_migrating in [false, true] {
+    let slices = |slice| LayoutPolicy {
+        slice,
+        ..LayoutPolicy::DEFAULT
+    };
+    // (policy, ranges grown, one in `keep` kept, then inserts until a
+    // migration runs, a defragmentation of more than a write expected)
+    let cases = [
+        (LayoutPolicy::small(64), 3000, 8, false, true),
+        (LayoutPolicy::small(64), 3000, 8, true, false),
+        (LayoutPolicy::DEFAULT, 5500, 2, true, false),
+        (slices(1024), 5093, 8, true, false),
+        (slices(2048), 5093, 2, false, false),
+    ];
+    for (policy, n, keep, until_migrating, moves) in cases {
+        let case = format!("{n} ranges, one in {keep} kept, slice {}", policy.slice);
+        let per_write = policy.finish_units() / super::MOVE_UNITS;
         let index = AddrIndex::with_policy(policy);
         let mut keys: Vec<u64> = (0..n).collect();
         shuffle(&mut keys, 0x2545_f491_4f6c_dd1d);
@@ -138,7 +153,7 @@ fn synchronize_works_in_bounded_slices() {
             .collect();
         let mut kept = BTreeMap::new();
         for (i, &(k, id)) in ids.iter().enumerate() {
-            if i % 8 == 0 {
+            if i % keep == 0 {
                 kept.insert(k, id);
             } else {
                 index.remove(id).unwrap();
@@ -148,7 +163,7 @@ fn synchronize_works_in_bounded_slices() {
         // once `len / move_every` updates came since the last).
         let mut end = n;
         while until_migrating && !migrations(&index).1 {
-            assert!(end < 3 * n, "no migration started");
+            assert!(end < 3 * n, "{case}: no migration started");
             kept.insert(end, index.insert(end * 16..end * 16 + 8, end).unwrap());
             end += 1;
         }
@@ -169,46 +184,55 @@ fn synchronize_works_in_bounded_slices() {
             most = most.max(put);
             assert!(
                 put <= per_write,
-                "a write of synchronize moved {put} nodes, more than {per_write}"
+                "{case}: a write of synchronize moved {put} nodes, more than {per_write}"
             );
-            assert!(
-                writes <= bound,
-                "synchronize's work took over {bound} writes"
-            );
+            // Past the bound, `synchronize` stops: the work would be left.
+            assert!(writes <= bound, "{case}: over {bound} writes");
             if !more {
                 break;
             }
         }
-        let (running, retiring, resident, live) = index.tree.inspect(|txn, w| {
-            let nodes = w.slab.resident_nodes();
+        assert!(
+            !index.write(|b| b.finish_layout().0),
+            "{case}: work left after the loop"
+        );
+        let (running, retiring, free_chunk, resident, live) = index.tree.inspect(|txn, w| {
+            let s = &w.slab;
+            let running = w.layout.migration.is_some();
             (
-                w.layout.migration.is_some(),
+                running,
                 txn.retiring(),
-                nodes,
+                s.has_free_chunk(),
+                s.resident_nodes(),
                 txn.len(),
             )
         });
-        assert!(!running && !retiring, "work left after the loop");
+        assert!(!running && !retiring, "{case}: work left after the loop");
         if until_migrating {
-            assert!(spanned, "the migration running was finished in one write");
-        } else if crate::addr_index::slab::CAN_PURGE {
             assert!(
-                moved > per_write,
-                "{moved} nodes moved: one write could do it"
+                spanned,
+                "{case}: the migration running was finished in one write"
             );
-            assert_eq!(most, per_write, "no write moved a full slice");
         }
         if crate::addr_index::slab::CAN_PURGE {
+            assert!(!free_chunk, "{case}: a free chunk left resident");
+            if moves {
+                assert!(
+                    moved > per_write,
+                    "{case}: {moved} moved: one write could do it"
+                );
+                assert_eq!(most, per_write, "{case}: no write moved a full slice");
+            }
             let fresh = crate::addr_index::slab::Slab::<()>::fresh_nodes(live);
             assert!(
                 resident <= 2 * fresh + 1024,
-                "{resident} nodes resident for {live} ranges"
+                "{case}: {resident} nodes resident for {live} ranges"
             );
         }
         index.check_invariants().unwrap();
         for k in 0..end {
             let hit = index.lookup(k * 16 + 3).map(|h| h.id());
-            assert_eq!(hit, kept.get(&k).copied(), "range {k}");
+            assert_eq!(hit, kept.get(&k).copied(), "{case}: range {k}");
         }
     }
 }
