@@ -47,6 +47,26 @@ pub(crate) fn wait_hint() {
     core::hint::spin_loop();
 }
 
+/// What a thread that takes the writer lock over and over for work of its
+/// own (`AddrIndex::synchronize`'s slices) does between two takes, so that
+/// a writer waiting for the lock gets it: a lock that was just released is
+/// free for the releasing thread at once, while the waiter it woke needs
+/// some microseconds to run, so a yield alone let the same thread take it
+/// again every time (a writer beside it waited for the whole call). With
+/// `std`, a short sleep; else a yield or a spin as [`wait_hint`].
+#[inline]
+pub(crate) fn let_waiters_in() {
+    #[cfg(all(not(latchtree_loom), feature = "std"))]
+    std::thread::sleep(core::time::Duration::from_micros(LET_IN_MICROS));
+    #[cfg(not(all(not(latchtree_loom), feature = "std")))]
+    wait_hint();
+}
+
+/// How long [`let_waiters_in`] sleeps: some wake-ups of a waiter on the
+/// 2-core VM.
+#[cfg(all(not(latchtree_loom), feature = "std"))]
+const LET_IN_MICROS: u64 = 50;
+
 #[cfg(latchtree_loom)]
 use loom::thread::yield_now;
 #[cfg(all(not(latchtree_loom), feature = "std"))]

@@ -272,7 +272,7 @@ impl<T: Send + Sync + 'static> AddrIndex<T> {
         let (mut more, mut left) = self.write(|b| b.finish_layout());
         while more && left > 0 {
             // Lets a writer waiting for the lock have it between two slices.
-            crate::sync::wait_hint();
+            crate::sync::let_waiters_in();
             more = self.write(|b| b.finish_layout()).0;
             left -= 1;
         }

@@ -260,8 +260,9 @@ impl<T> Layout<T> {
     /// can fill a chunk again, the wholly free chunks' pages, one chunk a
     /// write. So no write of a `synchronize` holds the writer lock long
     /// (besides this, the write's own `settle` slice): one write did nearly
-    /// all of it before, up to 8.5 ms at 262 144 ranges with three in four
-    /// removed; now under 1 ms (`benches/src/bin/synchronize.rs`). Returns
+    /// all of it before, and a writer beside it waited up to 9.7 ms at
+    /// 262 144 ranges with three in four removed; now 0.3–0.5 ms
+    /// (`benches/src/bin/synchronize.rs`). Returns
     /// whether another write has more to do or to give back: a tree swapped
     /// in or nodes moved leave copy 1 only at this write's commit. A write
     /// with nothing to do changes nothing (and is not counted).
