@@ -9,6 +9,7 @@ use super::module::Removed;
 use super::record::Record;
 use super::slab::Fields;
 use super::slab::Node;
+use super::table;
 use super::types::{ModuleId, ModuleMeta, RawHit, Segment, Segments};
 use crate::raw::{Dir, Slot, Txn};
 use crate::sync::Ordering;
@@ -337,6 +338,16 @@ impl<T> IndexBatch<'_, T> {
     pub(super) fn settle(&mut self) {
         let w = &mut *self.w;
         w.layout.settle(&mut self.txn, &mut w.slab);
+        // A slice of the module table's compaction, in a write that flipped
+        // (as the layout's): a slice's worth of slots, and two for each one
+        // the write appended, so that compaction outpaces any growth.
+        let table = &self.index.tables[0];
+        if self.txn.started() && table.compacting() {
+            let slots = (w.layout.policy().slice)
+                .saturating_mul(table::SLOTS_PER_UNIT)
+                .saturating_add(w.dirty.pushed().saturating_mul(2));
+            table.compact_step(slots, &mut w.dirty);
+        }
     }
 
     /// A bounded slice of the layout work writes do a slice at a time, and
@@ -346,7 +357,15 @@ impl<T> IndexBatch<'_, T> {
     pub(super) fn finish_layout(&mut self) -> (bool, usize) {
         let w = &mut *self.w;
         let more = w.layout.finish(&mut self.txn, &mut w.slab);
-        (more, w.layout.finish_writes(&w.slab))
+        // The module table's compaction goes on in `settle`, in a write
+        // that flipped: this one. (A table holds at most about two slots a
+        // range node, and a step moves half a finishing slice's units in
+        // slots: far fewer writes than `finish_writes` allows.)
+        let compacting = self.index.tables[0].compacting();
+        if compacting {
+            self.txn.begin();
+        }
+        (more || compacting, w.layout.finish_writes(&w.slab))
     }
 
     /// Rebuilds the version being built into the balanced shape now: a tree

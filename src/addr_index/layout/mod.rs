@@ -177,6 +177,11 @@ impl<T> Layout<T> {
         }
     }
 
+    /// The policy it follows.
+    pub(super) fn policy(&self) -> &LayoutPolicy {
+        &self.policy
+    }
+
     /// Whether a migration is running (tests).
     #[cfg(test)]
     pub(super) fn running(&self) -> bool {
