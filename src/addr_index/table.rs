@@ -141,22 +141,24 @@ fn empty_slots<T>(n: usize) -> Box<[Slot<T>]> {
 }
 
 /// What a transaction changed in table 0, to be copied to table 1 on
-/// commit (or back from it on rollback): the slots it wrote, those a
-/// compaction step moved (kept apart: the two are often far apart, with the
-/// hole between), and how many it appended.
+/// commit (or back from it on rollback), as three runs of slots, kept
+/// apart because they are often far apart (a hull of them would copy the
+/// slots between: most of the table when a write removes an old module and
+/// adds a new one): the slots it set or tombstoned, those it appended, and
+/// those a compaction step moved live slots into.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct Dirty {
     slots: Option<(usize, usize)>,
+    appended: Option<(usize, usize)>,
     moved: Option<(usize, usize)>,
-    pushed: usize,
 }
 
 impl Dirty {
     pub(crate) const fn new() -> Self {
         Dirty {
             slots: None,
+            appended: None,
             moved: None,
-            pushed: 0,
         }
     }
 
@@ -164,14 +166,22 @@ impl Dirty {
     pub(crate) const fn all() -> Self {
         Dirty {
             slots: Some((0, usize::MAX)),
+            appended: None,
             moved: None,
-            pushed: 0,
         }
     }
 
     /// The slots appended.
     pub(crate) fn pushed(&self) -> usize {
-        self.pushed
+        self.appended.map_or(0, |(lo, hi)| hi - lo)
+    }
+
+    /// The one slot changed, if only one was (no compaction step either).
+    fn single(&self) -> Option<usize> {
+        match (self.slots, self.appended, self.moved) {
+            (Some((lo, hi)), None, None) | (None, Some((lo, hi)), None) if hi == lo + 1 => Some(lo),
+            _ => None,
+        }
     }
 
     fn add(&mut self, lo: usize, hi: usize) {
@@ -476,8 +486,7 @@ impl<T> Table<T> {
         self.set_slot(len, id, record.as_ptr());
         self.len.store(len + 1, Ordering::Relaxed);
         self.live.store(self.live() + 1, Ordering::Relaxed);
-        dirty.add(len, len + 1);
-        dirty.pushed += 1;
+        dirty.appended = Some(hull(dirty.appended, len, len + 1));
     }
 
     /// Points the live slot of `id` at `record`.
@@ -594,10 +603,8 @@ impl<T> Table<T> {
         let len = src.len.load(Ordering::Relaxed);
         // The common write, one module added or removed: one slot, no
         // segment added or dropped, no compaction step.
-        if let Some((lo, hi)) = dirty.slots
-            && hi == lo + 1
-            && hi <= len
-            && dirty.moved.is_none()
+        if let Some(lo) = dirty.single()
+            && lo < len
             && self.count() == src.count()
             && let (Some(f), Some(t)) = (src.slot(lo), self.slot(lo))
         {
@@ -634,7 +641,10 @@ impl<T> Table<T> {
         // The slots the write changed and those its compaction step moved
         // into, all as table 0 holds them now: a changed slot the step then
         // left in the hole is copied too, harmlessly (both tables skip it).
-        for (lo, hi) in [dirty.slots, dirty.moved].into_iter().flatten() {
+        for (lo, hi) in [dirty.slots, dirty.appended, dirty.moved]
+            .into_iter()
+            .flatten()
+        {
             // A run of slots a segment, each segment addressed once: a
             // write's dirty slots are usually one or two, in one segment.
             let (mut i, hi) = (lo, hi.min(len));

@@ -9,8 +9,10 @@
 //! removes are those that compact the module table (once removed modules
 //! outnumber the live ones: at a half, three quarters, … removed); in a
 //! random order its tombstones alternate with live slots unpredictably,
-//! the costliest case. Uses only `insert` and `remove`, so the same file
-//! measures the previous `main`.
+//! the costliest case. Then batches that each remove the oldest module and
+//! add a new one, at `N` modules: their median and largest least CPU time.
+//! Uses only `insert`, `remove` and `write`, so the same file measures the
+//! previous `main`.
 //!
 //! ```text
 //! cargo run --release -p latchtree-benches --bin removal [-- N [RUNS]]
@@ -63,7 +65,41 @@ fn main() {
             us(largest),
         );
     }
+    let (p50, largest) = replacing(n, runs);
+    println!(
+        "batches removing the oldest module and adding one, at {n}: least CPU over the passes: \
+         p50 {:>6.2} us, largest {:>7.1} us",
+        us(p50),
+        us(largest),
+    );
     println!("{}", latchtree_benches::machine::describe());
+}
+
+/// Batches that each remove the oldest module and add a new one (a loader
+/// or a JIT replacing code) at `n` modules: each batch's least thread CPU
+/// time over `runs` passes, at the median and the largest.
+fn replacing(n: u64, runs: usize) -> (Duration, Duration) {
+    const BATCHES: usize = 2000;
+    let mut least = vec![Duration::MAX; BATCHES];
+    for _ in 0..runs {
+        let index = AddrIndex::new();
+        let mut ids: std::collections::VecDeque<_> = (0..n)
+            .map(|i| index.insert(i * 16..i * 16 + 8, i).expect("disjoint"))
+            .collect();
+        for (b, l) in least.iter_mut().enumerate() {
+            let (old, at) = (ids.pop_front().expect("modules"), n + b as u64);
+            let c = thread_cpu();
+            let new = index.write(|batch| {
+                let removed = batch.remove(old);
+                (batch.insert(at * 16..at * 16 + 8, at), removed)
+            });
+            *l = (*l).min(thread_cpu().saturating_sub(c));
+            ids.push_back(new.0.expect("disjoint"));
+        }
+    }
+    let largest = *least.iter().max().expect("batches");
+    least.sort_unstable();
+    (least[BATCHES / 2], largest)
 }
 
 /// Each remove's thread CPU time, in removal order, and the largest wall
