@@ -339,11 +339,12 @@ impl<T> IndexBatch<'_, T> {
         let w = &mut *self.w;
         w.layout.settle(&mut self.txn, &mut w.slab);
         // A slice of the module table's compaction, in a write that flipped
-        // (as the layout's): a slice's worth of slots, and two for each one
-        // the write appended, so that compaction outpaces any growth.
+        // (as the layout's): a slice's worth of slots (at least a unit's,
+        // so that it ends whatever the policy), and two for each one the
+        // write appended, so that compaction outpaces any growth.
         let table = &self.index.tables[0];
         if self.txn.started() && table.compacting() {
-            let slots = (w.layout.policy().slice)
+            let slots = (w.layout.policy().slice.max(1))
                 .saturating_mul(table::SLOTS_PER_UNIT)
                 .saturating_add(w.dirty.pushed().saturating_mul(2));
             table.compact_step(slots, &mut w.dirty);
@@ -358,9 +359,10 @@ impl<T> IndexBatch<'_, T> {
         let w = &mut *self.w;
         let more = w.layout.finish(&mut self.txn, &mut w.slab);
         // The module table's compaction goes on in `settle`, in a write
-        // that flipped: this one. (A table holds at most about two slots a
-        // range node, and a step moves half a finishing slice's units in
-        // slots: far fewer writes than `finish_writes` allows.)
+        // that flipped: this one. (A step reads at least 8 slots; a table
+        // holds about twice the most modules the index held, each with a
+        // range node of the slab, whose size bounds `finish_writes`: its
+        // 4 × (16 + 17 nodes / 8 units) writes cover the compaction.)
         let compacting = self.index.tables[0].compacting();
         if compacting {
             self.txn.begin();

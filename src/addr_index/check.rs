@@ -48,13 +48,19 @@ impl<T: Send + Sync + 'static> AddrIndex<T> {
         }
         // A compaction running holds the segments and tombstones it began
         // with, and those of the writes since, until the writes' steps
-        // finish it (`table::tests`).
+        // finish it (`table::tests`): its bounds are on the slots up to the
+        // table's end, hole included.
         let compacting = self.tables[0].compacting();
-        if compacting != self.tables[1].compacting() {
-            return Err("one module table compacts, the other not".into());
+        let (end, hole) = self.tables[0].extent();
+        if (end, hole) != self.tables[1].extent() {
+            return Err("the module tables' lengths or holes differ".into());
         }
+        if compacting && !(hole[0] <= hole[1] && hole[1] <= end) {
+            return Err(format!("module table hole {hole:?} in {end} slots"));
+        }
+        let bounded = if compacting { end } else { tables[0].len() };
         let cap = [self.tables[0].capacity(), self.tables[1].capacity()];
-        if cap[0] != cap[1] || (!compacting && cap[0] > 4 * table::capacity(tables[0].len())) {
+        if cap[0] != cap[1] || cap[0] > 4 * table::capacity(bounded) {
             return Err(format!(
                 "table capacities {cap:?} for {} used slots",
                 tables[0].len()

@@ -37,7 +37,8 @@
 //! probe by the segment's own length, which is immutable, and treat a
 //! missing segment as the end, so a torn `(segment, len)` pair cannot take
 //! them out of bounds. Both tables have the same segments after every
-//! transaction, at most four times the slots the used ones need.
+//! transaction, at most four times the slots the used ones need (while a
+//! compaction runs: the slots up to the table's end, hole included).
 
 use super::record::Record;
 use crate::sync::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
@@ -515,6 +516,14 @@ impl<T> Table<T> {
         self.start_compaction_if_due();
     }
 
+    /// The slots in use, hole included, and the hole (for the invariant
+    /// checker).
+    pub(crate) fn extent(&self) -> (usize, [usize; 2]) {
+        // Relaxed: under the lock.
+        let hole = [0, 1].map(|i| self.hole[i].load(Ordering::Relaxed));
+        (self.len.load(Ordering::Relaxed), hole)
+    }
+
     /// Whether a compaction runs.
     pub(crate) fn compacting(&self) -> bool {
         // Relaxed: see the section comment.
@@ -540,7 +549,8 @@ impl<T> Table<T> {
     /// slots after the hole: each live one moves down to the hole's start,
     /// so that the hole moves up and grows by the tombstones passed. At the
     /// top the table ends where the moved slots do, drops its top segments
-    /// if the live slots fill less than a quarter, and starts over if
+    /// if the slots left (live, and tombstones of removals made below the
+    /// hole meanwhile) fill less than a quarter, and starts over if
     /// tombstones dominate again. Returns whether a compaction still runs.
     pub(crate) fn compact_step(&self, max: usize, dirty: &mut Dirty) -> bool {
         if !self.compacting() {
@@ -597,12 +607,14 @@ impl<T> Table<T> {
     }
 
     /// Makes this table equal to `src` on the slots in `dirty` (and in
-    /// length, count and segments), given that they were equal elsewhere.
+    /// length, count, hole and segments), given that they were equal on the
+    /// other used slots.
     #[inline]
     pub(crate) fn sync_from(&self, src: &Table<T>, dirty: Dirty) {
         let len = src.len.load(Ordering::Relaxed);
         // The common write, one module added or removed: one slot, no
-        // segment added or dropped, no compaction step.
+        // segment added or dropped, no slot moved by a compaction step (one
+        // that only passed tombstones changed the counts and hole alone).
         if let Some(lo) = dirty.single()
             && lo < len
             && self.count() == src.count()
@@ -1028,6 +1040,67 @@ mod tests {
         assert!(index.tables[0].capacity() <= 4 * capacity(kept.len()));
         for &(i, id) in &kept {
             assert_eq!(index.lookup(i as u64 * 16 + 3).map(|h| h.id()), Some(id));
+        }
+    }
+
+    /// A compaction ends whatever the policy (a slice of 0 units still
+    /// reads 8 slots a write) and outpaces batches that append (two slots
+    /// read for each appended); a write that does not flip leaves it be;
+    /// `synchronize` ends one.
+    #[test]
+    fn compaction_ends_and_outpaces_growth() {
+        use crate::{AddrIndex, LayoutPolicy};
+        let index = AddrIndex::with_policy(LayoutPolicy {
+            slice: 0,
+            ..LayoutPolicy::small(usize::MAX)
+        });
+        let n: u64 = if cfg!(miri) { 60 } else { 400 };
+        let mut ids: alloc::collections::VecDeque<_> = (0..n)
+            .map(|i| (i, index.insert(i * 16..i * 16 + 8, i).unwrap()))
+            .collect();
+        // Three quarters removed in one batch: a compaction starts.
+        index.write(|b| {
+            for _ in 0..n * 3 / 4 {
+                b.remove(ids.pop_front().unwrap().1).unwrap();
+            }
+        });
+        assert!(index.tables[0].compacting());
+        // Writes that change nothing do not flip, and leave it be.
+        let (k, _) = ids[0];
+        index.write(|_| ());
+        assert!(index.insert(k * 16..k * 16 + 1, 0).is_err());
+        index.check_invariants().unwrap();
+        // Batches that each add ten modules and remove the ten oldest.
+        let (mut next, mut ended) = (n, 0);
+        for _ in 0..if cfg!(miri) { 12 } else { 200 } {
+            index.write(|b| {
+                for _ in 0..10 {
+                    ids.push_back((next, b.insert(next * 16..next * 16 + 8, next).unwrap()));
+                    next += 1;
+                }
+                for _ in 0..10 {
+                    b.remove(ids.pop_front().unwrap().1).unwrap();
+                }
+            });
+            index.check_invariants().unwrap();
+            ended += usize::from(!index.tables[0].compacting());
+        }
+        assert!(ended > 0, "the compaction never ended under growth");
+        index.write(|b| {
+            for _ in 0..ids.len() / 2 {
+                b.remove(ids.pop_front().unwrap().1).unwrap();
+            }
+        });
+        assert!(index.tables[0].compacting());
+        index.synchronize();
+        assert!(
+            !index.tables[0].compacting(),
+            "synchronize left a compaction running"
+        );
+        index.check_invariants().unwrap();
+        let guard = index.pin();
+        for &(k, id) in &ids {
+            assert_eq!(index.get(id, &guard), Some(&k));
         }
     }
 }
