@@ -609,6 +609,10 @@ fn module_table_compacts_and_keeps_answering() {
         for (i, id) in ids.iter().enumerate() {
             if i % 3 != 0 {
                 assert_eq!(index.remove(*id).map(|r| *r.into_value()), Some(i as u64));
+                // Under Miri, after every fourth removal (the budget).
+                if cfg!(miri) && i % 4 != 1 {
+                    continue;
+                }
                 index.check_invariants().unwrap();
                 let guard = index.pin();
                 for (k, id) in ids.iter().enumerate().step_by(3) {

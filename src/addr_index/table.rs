@@ -860,7 +860,7 @@ mod tests {
     fn compaction_a_step_a_write_keeps_every_answer() {
         // Under Miri, fewer writes and narrower steps (so that compactions
         // still span writes).
-        let (writes, widest) = if cfg!(miri) { (200, 3) } else { (6_000, 40) };
+        let (writes, widest) = if cfg!(miri) { (100, 3) } else { (6_000, 40) };
         let recs: Vec<NonNull<Record<u64>>> = (1..=4usize)
             .map(|k| NonNull::new(ptr::without_provenance_mut(k * 64)).unwrap())
             .collect();
@@ -952,7 +952,7 @@ mod tests {
             }
         }
         assert!(
-            spans > 3 && longest > 3,
+            spans > 2 && longest > 3,
             "compactions did not span writes ({spans}, {longest})"
         );
         for mut t in [t0, t1] {
