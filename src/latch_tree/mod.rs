@@ -228,7 +228,9 @@ type Writer<K, V> = Pending<NonNull<Node<K, V>>>;
 /// batches, `clear`, writes nested in another tree's batch); one
 /// [`flush`](LatchTree::flush) drops all of them. A guard held somewhere
 /// keeps what it may see, and what was removed after it, until it is
-/// dropped.
+/// dropped; the later writes then drop such a backlog 1,024 entries a
+/// write besides the last 16 writes' (so that no one write pays for a mass
+/// removal: `tests/reclaim_backlog.rs`), and `flush` all of it.
 ///
 /// # Iteration and `&LatchTree` in `for` loops
 ///

@@ -11,7 +11,10 @@
 //! random order its tombstones alternate with live slots unpredictably,
 //! the costliest case. Then batches that each remove the oldest module and
 //! add a new one, at `N` modules: their median and largest least CPU time.
-//! Uses only `insert`, `remove` and `write`, so the same file measures the
+//! Last, the removes after a reader's guard, held while three quarters of
+//! the `N` modules were removed, is dropped: the largest's CPU time in each
+//! pass (the whole backlog the guard kept is due at once then). Uses only
+//! `insert`, `remove`, `write` and `pin`, so the same file measures the
 //! previous `main`.
 //!
 //! ```text
@@ -72,7 +75,48 @@ fn main() {
         us(p50),
         us(largest),
     );
+    let largest: Vec<String> = (0..runs)
+        .map(|_| format!("{:.1}", us(after_a_guard(n))))
+        .collect();
+    println!(
+        "removes after a guard held through removing 3/4 of {n} is dropped: largest remove's \
+         CPU time in each pass: {} us",
+        largest.join(", ")
+    );
     println!("{}", latchtree_benches::machine::describe());
+}
+
+/// Grows `n` modules, removes three quarters of them one by one while
+/// another thread holds a guard, drops the guard, and removes 2,000 more:
+/// the largest of those removes' thread CPU time.
+fn after_a_guard(n: u64) -> Duration {
+    let index = AddrIndex::new();
+    let ids: Vec<_> = (0..n)
+        .map(|i| index.insert(i * 16..i * 16 + 8, i).expect("disjoint"))
+        .collect();
+    let mut ids = ids.into_iter();
+    let (pinned, release) = (std::sync::Barrier::new(2), std::sync::Barrier::new(2));
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let guard = index.pin();
+            pinned.wait();
+            release.wait();
+            drop(guard);
+        });
+        pinned.wait();
+        for id in ids.by_ref().take((n * 3 / 4) as usize) {
+            drop(index.remove(id));
+        }
+        release.wait();
+    });
+    ids.take(2000)
+        .map(|id| {
+            let c = thread_cpu();
+            drop(index.remove(id));
+            thread_cpu().saturating_sub(c)
+        })
+        .max()
+        .unwrap_or_default()
 }
 
 /// Batches that each remove the oldest module and add a new one (a loader
