@@ -1,12 +1,13 @@
 //! A backlog that a guard kept through a mass removal goes a bounded slice a
 //! write once the guard is dropped, for both front-ends: each later write
 //! drops at most 1,024 of those values (the limbo's `HAND_OUT_OLDER`; one
-//! write used to drop all of them: 11-14 ms of CPU, 7.9 M instructions of
-//! it under the writer lock, for 196,608 records), the writes that follow drop all of
-//! them, and one `flush` drops them all at once (its rounds go on past the
-//! bound: 40,000 values need more than its 32 rounds of 1,024). Without
-//! `std` the epoch moves far more slowly for a writer alone (as before):
-//! there the test allows more writes and flushes, and checks the bound.
+//! write used to drop all of them: for 196,608 records, 11-14 ms of CPU,
+//! 7.9 M instructions of it under the writer lock), the writes that follow
+//! drop all of them, and one `flush` drops them all at once (its rounds go
+//! on past the bound: 40,000 values need more than its 32 rounds of 1,024).
+//! Without `std` the epoch moves far more slowly for a writer alone (as
+//! before): there the test allows more writes and flushes, and checks the
+//! bound.
 //!
 //! One `#[test]` on purpose: the epoch is process-wide, and a guard held by
 //! a test running in parallel would (correctly) delay reclamation.
