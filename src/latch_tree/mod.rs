@@ -225,12 +225,15 @@ type Writer<K, V> = Pending<NonNull<Node<K, V>>>;
 /// `tests/reclaim_bound.rs`): while no guard is held on any thread, after
 /// every write at most 64 removed entries are still alive besides those the
 /// last 16 writes removed, whatever the writes (inserts only, removes,
-/// batches, `clear`, writes nested in another tree's batch); one
+/// batches, `clear`, a write nested in another tree's batch); one
 /// [`flush`](LatchTree::flush) drops all of them. A guard held somewhere
 /// keeps what it may see, and what was removed after it, until it is
-/// dropped; the later writes then drop such a backlog 1,024 entries a
-/// write besides the last 16 writes' (so that no one write pays for a mass
-/// removal: `tests/reclaim_backlog.rs`), and `flush` all of it.
+/// dropped (and many writes nested in one batch closure of another tree
+/// keep what they remove until it ends). Once older than the last 16
+/// writes that removed anything, such a backlog goes at most 1,024 entries
+/// a write besides twice what those writes removed, so that no one write
+/// pays for a mass removal (`tests/reclaim_backlog.rs`); `flush` drops all
+/// of it.
 ///
 /// # Iteration and `&LatchTree` in `for` loops
 ///

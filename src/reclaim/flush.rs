@@ -24,18 +24,15 @@ pub(crate) trait Front {
 }
 
 /// What one flush round found, under the writer lock: the limbo's job,
-/// whether items still wait, whether anything was handed out as due, and
-/// whether more is due (the hand-out stopped at its bound).
+/// whether items still wait, and whether anything was handed out as due.
 struct Round {
     job: Option<Job>,
     left: bool,
     freed: bool,
-    due_left: bool,
 }
 
 /// A front-end's `flush`: runs rounds (one empty transaction each, which
-/// frees what is due, up to the hand-out's bound, and asks for the limbo's
-/// job) and their jobs,
+/// frees what is due and asks for the limbo's job) and their jobs,
 /// collecting [`FLUSH_COLLECTS`] times, doubled for each round in a row that
 /// freed nothing, until nothing waits, more than [`FLUSH_PATIENCE`] rounds
 /// in a row freed nothing (a guard held somewhere keeps the rest), or
@@ -45,14 +42,19 @@ struct Round {
 /// flush spend those 496 collections). Inside another write's scope, one round, whose work waits
 /// for that write's end.
 pub(crate) fn flush(front: &impl Front) {
+    // Every round hands out all that is due, also a backlog the writes
+    // hand out a slice at a time (`Limbo::begin`).
+    front.reclaim().flushing(|| flush_rounds(front));
+}
+
+/// [`flush`]'s rounds.
+fn flush_rounds(front: &impl Front) {
     let collector = front.reclaim().collector();
     let round = || {
         front.empty_write(|p| Round {
             job: p.limbo.job(true),
             left: !p.limbo.is_empty(),
             freed: p.handed_out,
-            // Read only with `freed` (it is stale otherwise).
-            due_left: p.limbo.due_left(),
         })
     };
     if in_writer_scope() {
@@ -64,17 +66,9 @@ pub(crate) fn flush(front: &impl Front) {
         }
         return;
     }
-    let (mut idle, mut rounds) = (0, 0);
-    while rounds < FLUSH_ROUNDS {
-        let Round {
-            job,
-            left,
-            freed,
-            due_left,
-        } = round();
-        // A round whose hand-out stopped at its bound (a backlog a guard
-        // kept: `Limbo::begin`) counts as none: the next one frees more.
-        rounds += usize::from(!(freed && due_left));
+    let mut idle = 0;
+    for _ in 0..FLUSH_ROUNDS {
+        let Round { job, left, freed } = round();
         idle = if freed { 0 } else { idle + 1 };
         if !left || idle > FLUSH_PATIENCE {
             return;

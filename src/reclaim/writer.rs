@@ -30,6 +30,7 @@ use super::return_stack::{Chain, ReturnStack, Spares};
 use super::scope::{WriterScope, after_outermost_write, in_writer_scope};
 use super::section::{SectionClock, Sections};
 use super::ticket::{DropTicket, Drops};
+use crate::sync::Ordering;
 use alloc::vec::Vec;
 use core::cell::Cell;
 use core::mem::ManuallyDrop;
@@ -55,6 +56,9 @@ struct Returns<G: Garbage> {
     /// A due-items buffer, back from the thread that ran its drops, for the
     /// next write that hands some out (no allocation once warm).
     due_buffer: crate::sync::Mutex<Vec<G>>,
+    /// `flush` calls running: while any does, a write hands out everything
+    /// due, however large the backlog (`Limbo::begin`'s `uncapped`).
+    flushing: crate::sync::AtomicUsize,
 }
 
 impl<G: Garbage> core::fmt::Debug for Reclaim<G> {
@@ -121,6 +125,7 @@ impl<G: Garbage> Reclaim<G> {
                 returns: Returns {
                     shells: ReturnStack::new(),
                     due_buffer: crate::sync::Mutex::new(Vec::new()),
+                    flushing: crate::sync::AtomicUsize::new(0),
                 },
             }
         }
@@ -191,6 +196,21 @@ impl<G: Garbage> Reclaim<G> {
         }
     }
 
+    /// Runs `f` (a `flush`) with every write of the front-end handing out
+    /// all that is due, whatever the backlog (also when `f` unwinds).
+    pub(crate) fn flushing<R>(&self, f: impl FnOnce() -> R) -> R {
+        struct Running<'a>(&'a crate::sync::AtomicUsize);
+        impl Drop for Running<'_> {
+            fn drop(&mut self) {
+                // Relaxed: see `Transaction::begin`.
+                self.0.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+        self.returns.flushing.fetch_add(1, Ordering::Relaxed);
+        let _running = Running(&self.returns.flushing);
+        f()
+    }
+
     /// Under the writer lock: every shell the writer holds and the return
     /// stack's, taken whole, to be freed (a `flush` that gives memory back).
     pub(crate) fn take_shells(&self, p: &mut Pending<G>) -> Chain<G::Shell> {
@@ -222,7 +242,11 @@ impl<G: Garbage + 'static> Transaction<'_, G> {
         // Into the writer's buffer, handed on with the items if any are due
         // (and back by `recycle`).
         let due = &mut p.due;
-        p.limbo.begin(also, |item| due.push(item), &mut job);
+        // Relaxed: a policy, not a protocol; a flush's own rounds read
+        // what its thread stored before them.
+        let uncapped = || self.reclaim.returns.flushing.load(Ordering::Relaxed) != 0;
+        p.limbo
+            .begin(also, uncapped, |item| due.push(item), &mut job);
         // The cell is empty (each transaction begins once): nothing to drop.
         let old = self.job.replace(job);
         debug_assert!(old.is_none(), "a transaction began twice");
