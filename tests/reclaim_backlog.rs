@@ -72,7 +72,7 @@ struct Front<'a> {
     pin: &'a (dyn Fn() -> Guard + Sync),
     fill: &'a dyn Fn(usize),
     remove_all: &'a dyn Fn(),
-    churn: &'a dyn Fn(usize),
+    churn: &'a dyn Fn(),
     flush: &'a dyn Fn(),
 }
 
@@ -86,9 +86,9 @@ fn backlog(f: &Front<'_>, n: usize) {
     });
 }
 
-fn check(f: &Front<'_>) {
-    // Later writes: at most a slice each, and the bound binds (a write
-    // drops a whole slice), until none is left.
+/// Writes after a backlog: at most a slice each, and the bound binds (a
+/// write drops a whole slice), until none is left.
+fn sliced(f: &Front<'_>) {
     let n = 6 * SLICE;
     backlog(f, n);
     // Without `std` the epoch moves slowly under a writer alone (each pin
@@ -105,7 +105,7 @@ fn check(f: &Front<'_>) {
             alive()
         );
         let before = alive();
-        (f.churn)(writes);
+        (f.churn)();
         let dropped = before - alive();
         // A slice, and twice the recent items waiting behind it: the last
         // 16 removals' (and, for the index, a few of its table arrays).
@@ -125,6 +125,10 @@ fn check(f: &Front<'_>) {
         "{}: a backlog of {n} gone after {writes} writes, at most {largest} a write",
         f.name
     );
+}
+
+fn check(f: &Front<'_>) {
+    sliced(f);
 
     // One flush drops a backlog of 40 slices (it hands out all that is due;
     // a flush of 32 capped rounds would leave some).
@@ -142,6 +146,10 @@ fn check(f: &Front<'_>) {
         }
     }
     assert_eq!(alive(), 0, "{}: flush left values of {n}", f.name);
+
+    // And the writes after a flush slice a backlog again (the flush turned
+    // the bound off only while it ran).
+    sliced(f);
 }
 
 /// Writes that each replace `per` values (through `replace_all`), a guard
@@ -232,8 +240,7 @@ fn a_batch_stays_recent_through_writes_that_retire_nothing() {
         }
     });
     with_guard_held_elsewhere(&|| tree.pin(), || {
-        // One write that retires every node (`clear` retires the tree as
-        // one item).
+        // One write that retires 20,000 items.
         tree.write(|b| {
             for k in 0..20_000 {
                 b.remove(&k);
@@ -264,6 +271,8 @@ fn a_batch_stays_recent_through_writes_that_retire_nothing() {
     ignore = "tens of thousands of writes; the limbo's paths run under Miri in reclaim_bound"
 )]
 fn a_kept_backlog_goes_a_slice_a_write_and_whole_in_a_flush() {
+    // Keys of the writes that retire nothing, never used twice.
+    let churned = AtomicUsize::new(0);
     let index: AddrIndex<Option<Counted>> = AddrIndex::new();
     let ids = std::sync::Mutex::new(Vec::new());
     check(&Front {
@@ -284,8 +293,8 @@ fn a_kept_backlog_goes_a_slice_a_write_and_whole_in_a_flush() {
                 drop(index.remove(id));
             }
         },
-        churn: &|w| {
-            let at = 1 << 40 | (w as u64) << 4;
+        churn: &|| {
+            let at = 1 << 40 | (churned.fetch_add(1, Ordering::Relaxed) as u64) << 4;
             index.insert(at..at + 8, None).unwrap();
         },
         flush: &|| index.flush(),
@@ -307,8 +316,8 @@ fn a_kept_backlog_goes_a_slice_a_write_and_whole_in_a_flush() {
                 tree.remove(&k);
             }
         },
-        churn: &|w| {
-            tree.insert(usize::MAX - w, None);
+        churn: &|| {
+            tree.insert(usize::MAX - churned.fetch_add(1, Ordering::Relaxed), None);
         },
         flush: &|| tree.flush(),
     });

@@ -247,12 +247,14 @@ impl<T> Writer<T> {
 /// (`tests/addr_index_flush_backlog.rs`; past that, call it again, or
 /// [`synchronize`](AddrIndex::synchronize), which keeps going). A guard
 /// held somewhere keeps what it may see, and what was removed after it,
-/// until it is dropped (and many writes nested in one batch closure of
-/// another index or tree keep what they remove until it ends). Once older
-/// than the last 16 writes that removed anything, such a backlog goes at
-/// most 1,024 values a write besides twice what those writes removed, so
-/// that no one write pays for a mass removal (`tests/reclaim_backlog.rs`);
-/// `flush` drops all of it.
+/// until it is dropped; many writes nested in one batch closure of
+/// another index or tree likewise keep what they remove until that batch
+/// ends. Once older than the last 16 writes that removed anything, such a
+/// backlog goes at most 1,024 values a write, besides twice what those
+/// writes removed and, once it is gone, their removals, so that no one
+/// write pays for a mass removal made of many writes
+/// (`tests/reclaim_backlog.rs`); `flush` drops all of it. (A removal made
+/// of 16 writes or fewer, say one large batch, is dropped by one write.)
 ///
 /// The value itself is dropped when the last `Arc` goes: the index's, the
 /// caller's [`Removed`](crate::Removed), or a clone the caller kept.

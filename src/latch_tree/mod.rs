@@ -228,12 +228,14 @@ type Writer<K, V> = Pending<NonNull<Node<K, V>>>;
 /// batches, `clear`, a write nested in another tree's batch); one
 /// [`flush`](LatchTree::flush) drops all of them. A guard held somewhere
 /// keeps what it may see, and what was removed after it, until it is
-/// dropped (and many writes nested in one batch closure of another tree
-/// keep what they remove until it ends). Once older than the last 16
-/// writes that removed anything, such a backlog goes at most 1,024 entries
-/// a write besides twice what those writes removed, so that no one write
-/// pays for a mass removal (`tests/reclaim_backlog.rs`); `flush` drops all
-/// of it.
+/// dropped; many writes nested in one batch closure of another tree
+/// likewise keep what they remove until that batch ends. Once older than
+/// the last 16 writes that removed anything, such a backlog goes at most
+/// 1,024 entries a write, besides twice what those writes removed and,
+/// once it is gone, their removals, so that no one write pays for a mass
+/// removal made of many writes (`tests/reclaim_backlog.rs`); `flush` drops
+/// all of it. (A removal made of 16 writes or fewer, say one `clear`, is
+/// dropped by one write.)
 ///
 /// # Iteration and `&LatchTree` in `for` loops
 ///

@@ -58,7 +58,8 @@ const RECENT_RETIRING: usize = 16;
 
 /// How many due items from before the last [`RECENT_RETIRING`] retiring
 /// transactions a transaction hands out, at most, besides twice the recent
-/// items waiting (so that the backlog shrinks whatever the writes retire):
+/// items waiting (each item counts as recent in 16 hand-outs, so over any
+/// 16 retiring writes the backlog shrinks by more than they retire):
 /// a backlog a guard kept through a mass removal (196,608 records after
 /// removing three quarters of 262,144 modules) goes 1,024 a write (some
 /// 40,000 instructions under the lock, 0.1 ms after it), not in one write
@@ -261,9 +262,9 @@ impl<T> Limbo<T> {
     /// holds more than [`HAND_OUT_OLDER`] items: if its front is *older*
     /// (a guard or an outer write's lock kept it from its grace period),
     /// hands out at most that many of the older items that are due, plus
-    /// twice as many as the recent items waiting (all behind them: so the
-    /// backlog shrinks by more than the writes retire). False if that left
-    /// older ones due: nothing newer may go before them.
+    /// twice as many as the recent items waiting (all behind them: over any
+    /// 16 retiring writes, the backlog shrinks by more than they retire).
+    /// False if that left older ones due: nothing newer may go before them.
     #[cold]
     #[inline(never)]
     fn hand_out_older(&mut self, passed: u64, due: &mut impl FnMut(T)) -> bool {
