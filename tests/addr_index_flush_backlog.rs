@@ -18,30 +18,11 @@
 //! One `#[test]` on purpose: the epoch is process-wide, and a guard held by
 //! a test running in parallel would (correctly) delay reclamation.
 
+mod common;
+
+use common::{Counted, alive};
 use latchtree::AddrIndex;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, mpsc};
-
-static ALIVE: AtomicUsize = AtomicUsize::new(0);
-
-struct Counted;
-
-impl Counted {
-    fn new() -> Self {
-        ALIVE.fetch_add(1, Ordering::SeqCst);
-        Counted
-    }
-}
-
-impl Drop for Counted {
-    fn drop(&mut self) {
-        ALIVE.fetch_sub(1, Ordering::SeqCst);
-    }
-}
-
-fn alive() -> usize {
-    ALIVE.load(Ordering::SeqCst)
-}
 
 /// Runs `f` while another thread holds a guard, then drops that guard.
 fn with_guard_held_elsewhere(f: impl FnOnce()) {

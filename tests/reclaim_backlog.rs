@@ -16,33 +16,15 @@
 //! One `#[test]` on purpose: the epoch is process-wide, and a guard held by
 //! a test running in parallel would (correctly) delay reclamation.
 
+mod common;
+
+use common::{Counted, alive};
 use latchtree::{AddrIndex, Guard, LatchTree};
 use std::sync::Barrier;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// What one write may drop of an older backlog (the docs' figure).
 const SLICE: usize = 1024;
-
-static ALIVE: AtomicUsize = AtomicUsize::new(0);
-
-struct Counted;
-
-impl Counted {
-    fn new() -> Self {
-        ALIVE.fetch_add(1, Ordering::SeqCst);
-        Counted
-    }
-}
-
-impl Drop for Counted {
-    fn drop(&mut self) {
-        ALIVE.fetch_sub(1, Ordering::SeqCst);
-    }
-}
-
-fn alive() -> usize {
-    ALIVE.load(Ordering::SeqCst)
-}
 
 /// Runs `f` while another thread holds a guard from `pin`, then drops it
 /// and waits for that thread's exit (joined explicitly: a scope's end does

@@ -145,3 +145,29 @@ impl Ord for LoomKey {
         self.get().cmp(&other.get())
     }
 }
+
+/// Values alive in this test binary: made by [`Counted::new`], not yet
+/// dropped (one count for the process: a binary that uses it runs one
+/// `#[test]`, or its tests one at a time).
+static ALIVE: core::sync::atomic::AtomicUsize = core::sync::atomic::AtomicUsize::new(0);
+
+/// A value that counts itself in [`alive`] until it is dropped.
+pub(crate) struct Counted;
+
+impl Counted {
+    pub(crate) fn new() -> Self {
+        ALIVE.fetch_add(1, core::sync::atomic::Ordering::SeqCst);
+        Counted
+    }
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        ALIVE.fetch_sub(1, core::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// How many [`Counted`] values are alive.
+pub(crate) fn alive() -> usize {
+    ALIVE.load(core::sync::atomic::Ordering::SeqCst)
+}
