@@ -314,10 +314,18 @@ impl<T> Table<T> {
             return;
         }
         for s in split(lo).0..Self::segments_used(hi) {
-            let slots = self.used(s, hi);
-            let skip = lo.saturating_sub(start(s)).min(slots.len());
-            visit(start(s) + skip, &slots[skip..]);
+            let (at, slots) = self.share(s, lo, hi);
+            visit(at, slots);
         }
+    }
+
+    /// Segment `s`'s share of the used slots `lo..hi`, and the index of
+    /// its first slot.
+    #[inline]
+    fn share(&self, s: usize, lo: usize, hi: usize) -> (usize, &[Slot<T>]) {
+        let slots = self.used(s, hi);
+        let skip = lo.saturating_sub(start(s)).min(slots.len());
+        (start(s) + skip, &slots[skip..])
     }
 
     /// The slot holding `id` and its index, searched over the used slots.
@@ -347,9 +355,7 @@ impl<T> Table<T> {
         }
         // The top segment holds half the slots: look there first.
         for s in (split(lo).0..Self::segments_used(hi)).rev() {
-            let slots = self.used(s, hi);
-            let skip = lo.saturating_sub(start(s)).min(slots.len());
-            let (base, slots) = (start(s) + skip, &slots[skip..]);
+            let (base, slots) = self.share(s, lo, hi);
             let Some(first) = slots.first() else {
                 continue;
             };

@@ -240,20 +240,18 @@ impl<T> Limbo<T> {
     }
 
     /// The period of the oldest of the last [`RECENT_RETIRING`] retiring
-    /// transactions, if that many have items waiting (0 if not: then every
-    /// waiting item is recent). Items of earlier periods are *older*. Read
-    /// off the queue, back to front, a binary search a period: hand-outs
-    /// take items from the front only, so every retiring transaction since
-    /// the front's has its items here (in the cold path only: nothing to
-    /// keep up in every write).
-    fn recent_floor(&self) -> u64 {
-        let (mut end, mut floor) = (self.queue.len(), 0);
+    /// transactions and the index of its first item, if that many have
+    /// items waiting (`None` if not: then every waiting item is recent).
+    /// Items before that index are *older*. Read off the queue, back to
+    /// front, a binary search a period: hand-outs take items from the front
+    /// only, so every retiring transaction since the front's has its items
+    /// here (in the cold path only: nothing to keep up in every write).
+    fn recent_floor(&self) -> Option<(u64, usize)> {
+        let (mut end, mut floor) = (self.queue.len(), None);
         for _ in 0..RECENT_RETIRING {
-            let Some(&(p, _)) = end.checked_sub(1).and_then(|i| self.queue.get(i)) else {
-                return 0;
-            };
-            floor = p;
+            let &(p, _) = self.queue.get(end.checked_sub(1)?)?;
             end = self.queue.partition_point(|&(q, _)| q < p);
+            floor = Some((p, end));
         }
         floor
     }
@@ -268,29 +266,25 @@ impl<T> Limbo<T> {
     #[cold]
     #[inline(never)]
     fn hand_out_older(&mut self, passed: u64, due: &mut impl FnMut(T)) -> bool {
-        let floor = self.recent_floor();
-        if self.ends.0 >= floor {
+        let Some((floor, older)) = self.recent_floor() else {
             return true;
-        }
-        let older = self.queue.partition_point(|&(p, _)| p < floor);
+        };
         let recent = self.queue.len() - older;
-        let limit = HAND_OUT_OLDER.saturating_add(recent.saturating_mul(2));
-        for _ in 0..limit {
-            match self.queue.front() {
-                Some(&(p, _)) if p < floor && p <= passed => {}
-                _ => return true,
+        let mut left = HAND_OUT_OLDER.saturating_add(recent.saturating_mul(2));
+        while let Some(&(p, _)) = self.queue.front() {
+            if p >= floor || p > passed {
+                return true;
             }
+            if left == 0 {
+                self.ends.0 = p;
+                return false;
+            }
+            left -= 1;
             if let Some((_, item)) = self.queue.pop_front() {
                 due(item);
             }
         }
-        match self.queue.front() {
-            Some(&(p, _)) if p < floor && p <= passed => {
-                self.ends.0 = p;
-                false
-            }
-            _ => true,
-        }
+        true
     }
 
     /// Retires `item`, which left every copy readers can reach in the
@@ -452,6 +446,10 @@ mod tests {
                 let uncapped = rnd(8) == 0;
                 let limit = epoch.min(also);
                 let due = model.iter().take_while(|&&(p, _)| p <= limit).count();
+                // What a hand-out that stops short must have given at least.
+                let slice = l
+                    .recent_floor()
+                    .map_or(0, |(_, older)| HAND_OUT_OLDER + 2 * (l.queue.len() - older));
                 let (mut out, mut job) = (Vec::new(), None);
                 l.begin(also, || uncapped, |x| out.push(x), &mut job);
                 for &x in &out {
@@ -463,8 +461,9 @@ mod tests {
                 if out.len() < due {
                     short += 1;
                     assert!(!uncapped, "uncapped, {} of {due} due handed out", out.len());
-                    assert!(out.len() >= HAND_OUT_OLDER, "stopped at {}", out.len());
-                    assert!(l.ends.0 < l.recent_floor(), "held back a recent item");
+                    assert!(out.len() >= slice, "stopped at {} of {slice}", out.len());
+                    let floor = l.recent_floor().map(|(p, _)| p);
+                    assert!(Some(l.ends.0) < floor, "held back a recent item");
                 }
                 if let (Some(f), Some(b)) = (l.queue.front(), l.queue.back()) {
                     assert_eq!((l.ends.0, l.ends.1), (f.0, b.0), "the queue's ends");
@@ -489,8 +488,9 @@ mod tests {
         assert!(short > 100, "the bound stopped only {short} hand-outs");
     }
 
-    /// The floor is the 16th most recent period with items waiting, read
-    /// off the queue whatever its periods' sizes, and 0 with fewer.
+    /// The floor is the 16th most recent period with items waiting, with
+    /// the index of its first item, read off the queue whatever its
+    /// periods' sizes, and `None` with fewer.
     #[test]
     fn the_recent_floor_is_the_sixteenth_newest_period_waiting() {
         let mut l: Limbo<u64> = Limbo::new();
@@ -502,20 +502,22 @@ mod tests {
             }
         }
         let periods: Vec<u64> = (1..=40u64).filter(|t| t % 3 != 0).map(|t| t * 10).collect();
-        assert_eq!(l.recent_floor(), periods[periods.len() - RECENT_RETIRING]);
-        while l.queue.len() > 1 {
-            l.queue.pop_front();
+        // The floor, and the index of its first item, counted directly.
+        let want = |l: &Limbo<u64>| {
             let waiting: Vec<u64> = periods
                 .iter()
                 .copied()
                 .filter(|&p| l.queue.iter().any(|&(q, _)| q == p))
                 .collect();
-            let want = if waiting.len() < RECENT_RETIRING {
-                0
-            } else {
-                waiting[waiting.len() - RECENT_RETIRING]
-            };
-            assert_eq!(l.recent_floor(), want);
+            let floor = *waiting.get(waiting.len().checked_sub(RECENT_RETIRING)?)?;
+            Some((floor, l.queue.iter().filter(|&&(q, _)| q < floor).count()))
+        };
+        let floor = periods[periods.len() - RECENT_RETIRING];
+        assert_eq!(l.recent_floor().map(|(p, _)| p), Some(floor));
+        while !l.queue.is_empty() {
+            assert_eq!(l.recent_floor(), want(&l));
+            l.queue.pop_front();
         }
+        assert_eq!(l.recent_floor(), None);
     }
 }
