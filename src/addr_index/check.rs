@@ -84,11 +84,17 @@ impl<T: Send + Sync + 'static> AddrIndex<T> {
             }
             for s in r.segments.iter() {
                 owned += 1;
-                let ok = snap.iter().any(|(h, m)| {
-                    *m == rec
-                        && h.range() == s.range
-                        && (h.id.0, h.base, h.tag, h.flags) == (id, r.base, r.tag, s.flags)
-                });
+                // The snapshot is in address order (the tree's check,
+                // above), and ranges do not overlap: one search a segment,
+                // not a scan (a scan made the check quadratic).
+                let ok = snap
+                    .binary_search_by_key(&s.range.start, |(h, _)| h.range().start)
+                    .is_ok_and(|at| {
+                        let (h, m) = &snap[at];
+                        *m == rec
+                            && h.range() == s.range
+                            && (h.id.0, h.base, h.tag, h.flags) == (id, r.base, r.tag, s.flags)
+                    });
                 if !ok {
                     return Err(format!(
                         "module #{id} owns {:?}, which is not indexed as such",
