@@ -115,7 +115,11 @@ impl<T: Send + Sync + 'static> AddrIndex<T> {
             return Ok(()); // nothing to check, and no lock to take (loom)
         }
         let kept = self.kept.ids();
-        if let Some(id) = kept.iter().find(|id| live.iter().any(|l| l.0 == **id)) {
+        // `live` is in id order (the table's, checked above).
+        if let Some(id) = kept
+            .iter()
+            .find(|&&id| live.binary_search_by_key(&id, |l| l.0).is_ok())
+        {
             return Err(format!(
                 "module #{id} is both registered and kept as removed"
             ));
