@@ -635,7 +635,8 @@ fn module_table_compacts_and_keeps_answering() {
 /// random one, one range per write, then removals in the same order: the
 /// index keeps rebuilding itself into the balanced shape (every `n / 8`
 /// updates) and `lookup` and `lookup_many` agree with a scan of the live
-/// ranges after every write, checked against every invariant.
+/// ranges after every write, checked against every invariant (under Miri
+/// every fourth write and the last: two thirds of the test's time there).
 #[test]
 fn every_insertion_order_agrees_with_a_scan_through_rebuilds() {
     let n: u64 = if cfg!(miri) { 16 } else { 300 };
@@ -654,27 +655,29 @@ fn every_insertion_order_agrees_with_a_scan_through_rebuilds() {
     {
         let index = AddrIndex::with_policy(policy(small));
         let mut live = std::collections::BTreeMap::new();
-        let verify =
-            |index: &AddrIndex<u64>,
-             live: &std::collections::BTreeMap<u64, latchtree::ModuleId>| {
+        let verify = |index: &AddrIndex<u64>,
+                      live: &std::collections::BTreeMap<u64, latchtree::ModuleId>,
+                      write: usize| {
+            if !cfg!(miri) || write % 4 == 3 || write + 1 == 2 * order.len() {
                 index.check_invariants().unwrap();
-                let probe = |a: u64| live.get(&(a / 10)).filter(|_| a % 10 < 6).copied();
-                let addrs: [u64; 8] =
-                    core::array::from_fn(|i| rng_at(i as u64, live.len() as u64) % (n * 10));
-                let many = index.lookup_many(addrs);
-                for (a, got) in addrs.iter().zip(many) {
-                    assert_eq!(got.map(|h| h.id()), probe(*a), "lookup_many({a})");
-                    assert_eq!(index.lookup(*a).map(|h| h.id()), probe(*a), "lookup({a})");
-                }
-            };
-        for &k in &order {
+            }
+            let probe = |a: u64| live.get(&(a / 10)).filter(|_| a % 10 < 6).copied();
+            let addrs: [u64; 8] =
+                core::array::from_fn(|i| rng_at(i as u64, live.len() as u64) % (n * 10));
+            let many = index.lookup_many(addrs);
+            for (a, got) in addrs.iter().zip(many) {
+                assert_eq!(got.map(|h| h.id()), probe(*a), "lookup_many({a})");
+                assert_eq!(index.lookup(*a).map(|h| h.id()), probe(*a), "lookup({a})");
+            }
+        };
+        for (i, &k) in order.iter().enumerate() {
             let id = index.insert(k * 10..k * 10 + 6, k).unwrap();
             live.insert(k, id);
-            verify(&index, &live);
+            verify(&index, &live, i);
         }
-        for &k in &order {
+        for (i, &k) in order.iter().enumerate() {
             index.remove(live.remove(&k).unwrap()).unwrap();
-            verify(&index, &live);
+            verify(&index, &live, order.len() + i);
         }
     }
 }
