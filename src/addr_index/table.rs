@@ -142,14 +142,18 @@ fn empty_slots<T>(n: usize) -> Box<[Slot<T>]> {
 }
 
 /// What a transaction changed in table 0, to be copied to table 1 on
-/// commit (or back from it on rollback), as three runs of slots, kept
-/// apart because they are often far apart (a hull of them would copy the
-/// slots between: most of the table when a write removes an old module and
-/// adds a new one): the slots it set or tombstoned, those it appended, and
-/// those a compaction step moved live slots into.
+/// commit (or back from it on rollback), as runs of slots kept apart
+/// because they are often far apart (a hull of them would copy the slots
+/// between: most of the table when a write removes an old module and adds
+/// a new one, or removes the oldest and the newest): the slots it set or
+/// tombstoned, in up to two runs, those it appended, and those a compaction
+/// step moved live slots into.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct Dirty {
     slots: Option<(usize, usize)>,
+    /// Set or tombstoned slots apart from `slots` (a batch's second place;
+    /// a third joins the nearer run).
+    far: Option<(usize, usize)>,
     appended: Option<(usize, usize)>,
     moved: Option<(usize, usize)>,
 }
@@ -158,6 +162,7 @@ impl Dirty {
     pub(crate) const fn new() -> Self {
         Dirty {
             slots: None,
+            far: None,
             appended: None,
             moved: None,
         }
@@ -167,8 +172,7 @@ impl Dirty {
     pub(crate) const fn all() -> Self {
         Dirty {
             slots: Some((0, usize::MAX)),
-            appended: None,
-            moved: None,
+            ..Dirty::new()
         }
     }
 
@@ -179,19 +183,58 @@ impl Dirty {
 
     /// The one slot changed, if only one was (no compaction step either).
     fn single(&self) -> Option<usize> {
-        match (self.slots, self.appended, self.moved) {
-            (Some((lo, hi)), None, None) | (None, Some((lo, hi)), None) if hi == lo + 1 => Some(lo),
+        match (self.slots, self.far, self.appended, self.moved) {
+            (Some((lo, hi)), None, None, None) | (None, None, Some((lo, hi)), None)
+                if hi == lo + 1 =>
+            {
+                Some(lo)
+            }
             _ => None,
         }
     }
 
+    /// Every run to copy (they may overlap: a copy is idempotent).
+    fn runs(&self) -> impl Iterator<Item = (usize, usize)> {
+        [self.slots, self.far, self.appended, self.moved]
+            .into_iter()
+            .flatten()
+    }
+
+    /// Slots `lo..hi` were set or tombstoned.
+    #[inline]
     fn add(&mut self, lo: usize, hi: usize) {
-        self.slots = Some(hull(self.slots, lo, hi));
+        match self.slots {
+            None => self.slots = Some((lo, hi)),
+            Some(run) if gap(run, lo, hi) == 0 => self.slots = Some(hull(Some(run), lo, hi)),
+            Some(run) => self.add_far(run, lo, hi),
+        }
+    }
+
+    /// [`add`](Dirty::add) of slots apart from the first run: into the
+    /// second, or (a third place) the nearer one.
+    #[cold]
+    fn add_far(&mut self, run: (usize, usize), lo: usize, hi: usize) {
+        match self.far {
+            Some(far) if gap(far, lo, hi) <= gap(run, lo, hi) => {
+                self.far = Some(hull(Some(far), lo, hi));
+            }
+            Some(_) => self.slots = Some(hull(Some(run), lo, hi)),
+            None => self.far = Some((lo, hi)),
+        }
+    }
+
+    fn add_appended(&mut self, lo: usize, hi: usize) {
+        self.appended = Some(hull(self.appended, lo, hi));
     }
 
     fn add_moved(&mut self, lo: usize, hi: usize) {
         self.moved = Some(hull(self.moved, lo, hi));
     }
+}
+
+/// The slots between `run` and `lo..hi`: 0 if they touch or overlap.
+fn gap((a, b): (usize, usize), lo: usize, hi: usize) -> usize {
+    lo.saturating_sub(b).max(a.saturating_sub(hi))
 }
 
 /// The smallest run of slots holding `run` and `lo..hi`.
@@ -493,7 +536,7 @@ impl<T> Table<T> {
         self.set_slot(len, id, record.as_ptr());
         self.len.store(len + 1, Ordering::Relaxed);
         self.live.store(self.live() + 1, Ordering::Relaxed);
-        dirty.appended = Some(hull(dirty.appended, len, len + 1));
+        dirty.add_appended(len, len + 1);
     }
 
     /// Points the live slot of `id` at `record`.
@@ -659,10 +702,7 @@ impl<T> Table<T> {
         // The slots the write changed and those its compaction step moved
         // into, all as table 0 holds them now: a changed slot the step then
         // left in the hole is copied too, harmlessly (both tables skip it).
-        for (lo, hi) in [dirty.slots, dirty.appended, dirty.moved]
-            .into_iter()
-            .flatten()
-        {
+        for (lo, hi) in dirty.runs() {
             // A run of slots a segment, each segment addressed once: a
             // write's dirty slots are usually one or two, in one segment.
             let (mut i, hi) = (lo, hi.min(len));
@@ -775,6 +815,47 @@ mod tests {
 
     /// Segments tile the slots: each starts where the one before ends, and
     /// `split` finds every slot's segment and place.
+    /// Changes in two places are copied apart, each as wide as the slots
+    /// changed there; more places join the nearer run, and every changed
+    /// slot is copied.
+    #[test]
+    fn a_write_copies_far_apart_changes_apart() {
+        let mut d = Dirty::new();
+        // A batch that removes the oldest and the newest module, and
+        // appends two.
+        for i in [7, 200_000, 8, 199_999, 6] {
+            d.add(i, i + 1);
+        }
+        d.add_appended(200_001, 200_002);
+        d.add_appended(200_002, 200_003);
+        let copied: usize = d.runs().map(|(lo, hi)| hi - lo).sum();
+        assert_eq!(copied, 7, "{:?}", d.runs().collect::<Vec<_>>());
+        assert_eq!(d.single(), None);
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        for _ in 0..200 {
+            let mut d = Dirty::new();
+            let mut changed = Vec::new();
+            for _ in 0..1 + x % 12 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let i = (x % 1_000_000) as usize;
+                d.add(i, i + 1);
+                changed.push(i);
+            }
+            for i in changed {
+                assert!(
+                    d.runs().any(|(lo, hi)| lo <= i && i < hi),
+                    "slot {i} not copied"
+                );
+            }
+        }
+        let mut one = Dirty::new();
+        one.add(5, 6);
+        one.add(5, 6);
+        assert_eq!(one.single(), Some(5));
+    }
+
     #[test]
     fn segments_tile_the_slots() {
         for s in 0..SEGMENTS - 1 {
@@ -887,7 +968,9 @@ mod tests {
             let mut next = model.clone();
             // Grow for a while, then mostly remove, then grow again.
             let phase = (w / (writes / 4)) % 2;
-            for _ in 0..1 + rand(3) {
+            // Now and then more places than `Dirty` keeps apart.
+            let changes = 1 + rand(if w % 7 == 0 { 6 } else { 3 });
+            for _ in 0..changes {
                 let live: Vec<u64> = (0..next.len() as u64)
                     .filter(|&i| next[i as usize].is_some())
                     .collect();

@@ -10,7 +10,9 @@
 //! outnumber the live ones: at a half, three quarters, … removed); in a
 //! random order its tombstones alternate with live slots unpredictably,
 //! the costliest case. Then batches that each remove the oldest module and
-//! add a new one, at `N` modules: their median and largest least CPU time.
+//! add a new one, at `N` modules: their median and largest least CPU time;
+//! then the same for batches that remove the oldest and the newest module
+//! and add two (changes at both ends of the module table in one write).
 //! Last, the removes after a reader's guard, held while three quarters of
 //! the `N` modules were removed, is dropped: the largest's CPU time in each
 //! pass (the whole backlog the guard kept is due at once then). Uses only
@@ -68,10 +70,17 @@ fn main() {
             us(largest),
         );
     }
-    let (p50, largest) = replacing(n, runs);
+    let (p50, largest) = replacing(n, runs, false);
     println!(
         "batches removing the oldest module and adding one, at {n}: least CPU over the passes: \
          p50 {:>6.2} us, largest {:>7.1} us",
+        us(p50),
+        us(largest),
+    );
+    let (p50, largest) = replacing(n, runs, true);
+    println!(
+        "batches removing the oldest and the newest module and adding two, at {n}: least CPU \
+         over the passes: p50 {:>6.2} us, largest {:>7.1} us",
         us(p50),
         us(largest),
     );
@@ -120,9 +129,11 @@ fn after_a_guard(n: u64) -> Duration {
 }
 
 /// Batches that each remove the oldest module and add a new one (a loader
-/// or a JIT replacing code) at `n` modules: each batch's least thread CPU
-/// time over `runs` passes, at the median and the largest.
-fn replacing(n: u64, runs: usize) -> (Duration, Duration) {
+/// or a JIT replacing code) at `n` modules, or with `both_ends` the oldest
+/// and the newest and add two (changes far apart in one batch): each
+/// batch's least thread CPU time over `runs` passes, at the median and the
+/// largest.
+fn replacing(n: u64, runs: usize, both_ends: bool) -> (Duration, Duration) {
     const BATCHES: usize = 2000;
     let mut least = vec![Duration::MAX; BATCHES];
     for _ in 0..runs {
@@ -131,14 +142,22 @@ fn replacing(n: u64, runs: usize) -> (Duration, Duration) {
             .map(|i| index.insert(i * 16..i * 16 + 8, i).expect("disjoint"))
             .collect();
         for (b, l) in least.iter_mut().enumerate() {
-            let (old, at) = (ids.pop_front().expect("modules"), n + b as u64);
+            let old = ids.pop_front().expect("modules");
+            let newest = if both_ends { ids.pop_back() } else { None };
+            let at = n + 2 * b as u64;
             let c = thread_cpu();
-            let new = index.write(|batch| {
-                let removed = batch.remove(old);
-                (batch.insert(at * 16..at * 16 + 8, at), removed)
+            let (new, removed) = index.write(|batch| {
+                let mut removed = vec![batch.remove(old)];
+                let mut new = vec![batch.insert(at * 16..at * 16 + 8, at)];
+                if let Some(newest) = newest {
+                    removed.push(batch.remove(newest));
+                    new.push(batch.insert((at + 1) * 16..(at + 1) * 16 + 8, at + 1));
+                }
+                (new, removed)
             });
             *l = (*l).min(thread_cpu().saturating_sub(c));
-            ids.push_back(new.0.expect("disjoint"));
+            drop(removed);
+            ids.extend(new.into_iter().map(|id| id.expect("disjoint")));
         }
     }
     let largest = *least.iter().max().expect("batches");
