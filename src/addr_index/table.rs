@@ -813,13 +813,12 @@ impl<T> Table<T> {
 mod tests {
     use super::*;
 
-    /// Segments tile the slots: each starts where the one before ends, and
-    /// `split` finds every slot's segment and place.
     /// Changes in two places are copied apart, each as wide as the slots
-    /// changed there; more places join the nearer run, and every changed
+    /// changed there; a third place joins the nearer run, and every changed
     /// slot is copied.
     #[test]
     fn a_write_copies_far_apart_changes_apart() {
+        let runs = |d: &Dirty| d.runs().collect::<Vec<_>>();
         let mut d = Dirty::new();
         // A batch that removes the oldest and the newest module, and
         // appends two.
@@ -828,9 +827,18 @@ mod tests {
         }
         d.add_appended(200_001, 200_002);
         d.add_appended(200_002, 200_003);
-        let copied: usize = d.runs().map(|(lo, hi)| hi - lo).sum();
-        assert_eq!(copied, 7, "{:?}", d.runs().collect::<Vec<_>>());
+        assert_eq!(runs(&d), [(6, 9), (199_999, 200_001), (200_001, 200_003)]);
         assert_eq!(d.single(), None);
+        // Two places, one slot each: not a single slot.
+        let mut two = Dirty::new();
+        two.add(5, 6);
+        two.add(500, 501);
+        assert_eq!(two.single(), None);
+        // A third place joins the nearer run, whichever it is.
+        two.add(490, 491);
+        assert_eq!(runs(&two), [(5, 6), (490, 501)]);
+        two.add(20, 21);
+        assert_eq!(runs(&two), [(5, 21), (490, 501)]);
         let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
         for _ in 0..200 {
             let mut d = Dirty::new();
@@ -856,6 +864,8 @@ mod tests {
         assert_eq!(one.single(), Some(5));
     }
 
+    /// Segments tile the slots: each starts where the one before ends, and
+    /// `split` finds every slot's segment and place.
     #[test]
     fn segments_tile_the_slots() {
         for s in 0..SEGMENTS - 1 {

@@ -144,20 +144,18 @@ fn replacing(n: u64, runs: usize, both_ends: bool) -> (Duration, Duration) {
         for (b, l) in least.iter_mut().enumerate() {
             let old = ids.pop_front().expect("modules");
             let newest = if both_ends { ids.pop_back() } else { None };
-            let at = n + 2 * b as u64;
+            let at = n + if both_ends { 2 * b as u64 } else { b as u64 };
             let c = thread_cpu();
-            let (new, removed) = index.write(|batch| {
-                let mut removed = vec![batch.remove(old)];
-                let mut new = vec![batch.insert(at * 16..at * 16 + 8, at)];
-                if let Some(newest) = newest {
-                    removed.push(batch.remove(newest));
-                    new.push(batch.insert((at + 1) * 16..(at + 1) * 16 + 8, at + 1));
-                }
-                (new, removed)
+            let (new, newer, removed) = index.write(|batch| {
+                let removed = (batch.remove(old), newest.and_then(|id| batch.remove(id)));
+                let new = batch.insert(at * 16..at * 16 + 8, at);
+                let newer = newest.map(|_| batch.insert((at + 1) * 16..(at + 1) * 16 + 8, at + 1));
+                (new, newer, removed)
             });
             *l = (*l).min(thread_cpu().saturating_sub(c));
             drop(removed);
-            ids.extend(new.into_iter().map(|id| id.expect("disjoint")));
+            ids.push_back(new.expect("disjoint"));
+            ids.extend(newer.map(|id| id.expect("disjoint")));
         }
     }
     let largest = *least.iter().max().expect("batches");
