@@ -77,6 +77,7 @@ impl<T> fmt::Debug for IndexBatch<'_, T> {
 }
 
 /// Checks one range's shape.
+#[inline]
 fn validate(r: &Range<u64>) -> Result<(), AddrIndexError> {
     if r.start == r.end {
         Err(AddrIndexError::EmptyRange(r.clone()))
@@ -164,6 +165,7 @@ impl<T> IndexBatch<'_, T> {
     }
 
     /// Links a node for segment `s` of `rec` at `slot` (`txn.begin()` done).
+    #[inline]
     fn link(&mut self, rec: NonNull<Record<T>>, s: &Segment, slot: Slot<Node<T>>) {
         // SAFETY: made by this batch, owned by the index.
         let node = self.w.slab.alloc(fields(unsafe { rec.as_ref() }, s));
@@ -275,6 +277,7 @@ impl<T> IndexBatch<'_, T> {
     /// let removed = index.write(|b| b.remove(id)).unwrap();
     /// assert_eq!(*removed, 'a');
     /// ```
+    #[inline]
     pub fn remove(&mut self, id: ModuleId) -> Option<Removed<T>> {
         let (slot, rec) = self.index.tables[0].locate(id.0)?;
         // SAFETY: a live record of the version being built.

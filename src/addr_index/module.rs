@@ -166,6 +166,7 @@ impl<T> Clone for Removed<T> {
 
 impl<T> Removed<T> {
     /// What `record` holds, with a clone of its value.
+    #[inline]
     pub(crate) fn of(record: &Record<T>) -> Self {
         Removed {
             id: ModuleId(record.id),

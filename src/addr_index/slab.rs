@@ -536,6 +536,7 @@ impl<M> Slab<M> {
     /// Puts a node that left both copies back among the free ones (a chunk
     /// this leaves wholly free is purged by the next
     /// [`purge_emptied`](Slab::purge_emptied)).
+    #[inline]
     pub(crate) fn recycle(&mut self, node: NonNull<RangeNode<M>>) {
         let c = self.chunk_of(node);
         let chunk = &mut self.chunks[c];

@@ -549,6 +549,7 @@ impl<T> Table<T> {
 
     /// The slot and record of live module `id`, if any (writer-only: for
     /// [`remove_at`](Table::remove_at) without a second search).
+    #[inline]
     pub(crate) fn locate(&self, id: u64) -> Option<(usize, NonNull<Record<T>>)> {
         let (i, slot) = self.position(id)?;
         NonNull::new(load(slot).1).map(|r| (i, r))
@@ -557,6 +558,7 @@ impl<T> Table<T> {
     /// Tombstones live slot `i` (from [`locate`](Table::locate), nothing
     /// changed since), and starts a compaction if tombstones dominate (the
     /// writes' [`compact_step`](Table::compact_step)s do it).
+    #[inline]
     pub(crate) fn remove_at(&self, i: usize, dirty: &mut Dirty) {
         // Relaxed: see the section comment. The id stays: a tombstone.
         (self.slot(i).expect("a located slot").record).store(ptr::null_mut(), Ordering::Relaxed);

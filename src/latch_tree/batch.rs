@@ -125,6 +125,7 @@ impl<K: Ord, V> Batch<'_, K, V> {
     /// let tree = latchtree::LatchTree::new();
     /// assert!(tree.write(|b| b.insert(1, 1)));
     /// ```
+    #[inline]
     pub fn insert(&mut self, key: K, value: V) -> bool {
         let (key, value, slot) = self.find_owned(key, value);
         let node = self.shells.alloc(key, value);
@@ -182,6 +183,7 @@ impl<K: Ord, V> Batch<'_, K, V> {
     /// tree.insert(1, 1);
     /// assert!(tree.write(|b| b.remove(&1)));
     /// ```
+    #[inline]
     pub fn remove<Q>(&mut self, key: &Q) -> bool
     where
         K: Borrow<Q>,
@@ -191,6 +193,7 @@ impl<K: Ord, V> Batch<'_, K, V> {
     }
 
     /// Removes `key` and returns its node (released after the write).
+    #[inline]
     pub(super) fn take<Q>(&mut self, key: &Q) -> Option<NonNull<Node<K, V>>>
     where
         K: Borrow<Q>,

@@ -265,6 +265,7 @@ impl<'t, N: Linked, const C: usize> Side<'t, N, C> {
     /// # Safety
     /// `node` is live and not in this copy; `parent` is null (only when the
     /// copy is empty) or a live node of this copy whose `dir` child is nil.
+    #[inline]
     pub(crate) unsafe fn insert(&self, node: *mut N, parent: *mut N, dir: Dir) -> bool {
         // Every pointer dereferenced below is `node`, `parent`, or a node reached from them through
         // this copy's links: all live (the caller's promise, and the tree holds only live nodes).
@@ -349,6 +350,7 @@ impl<'t, N: Linked, const C: usize> Side<'t, N, C> {
     ///
     /// # Safety
     /// `z` is a live node of this copy.
+    #[inline]
     pub(crate) unsafe fn erase(&self, z: *mut N) -> bool {
         // SAFETY: `z` and every node reached from it or the root through
         // this copy's links are live nodes of this copy.

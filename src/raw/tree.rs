@@ -171,6 +171,7 @@ impl<N: Linked, W> RawTree<N, W> {
     /// on copy 1, or, if `body` panicked, the rollback restores copy 0 and
     /// the panic resumes. `hooks` is what the front-end does at the two
     /// points where the core hands control back ([`Hooks`]).
+    #[inline(always)]
     pub(crate) fn write<R>(
         &self,
         hooks: &impl Hooks<N, W>,
@@ -267,6 +268,7 @@ impl<N: Linked, W> RawTree<N, W> {
     /// copy 1): rebuilds copy 0 if due, publishes it, flips (readers move
     /// to it), replays the log on copy 1, publishes that, and releases what
     /// left the tree.
+    #[inline(always)]
     fn commit(&self, l: &mut Locked<N, W>, hooks: &impl Hooks<N, W>) {
         let s = &self.shared;
         let len = s.heads[0].len.load(Ordering::Relaxed);

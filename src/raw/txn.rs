@@ -198,7 +198,7 @@ impl<'t, N: Linked> Txn<'t, N> {
     /// # Safety
     /// `node` is live, in no tree, and stays allocated until released; `slot`
     /// is `Vacant` and came from a `find` with no change since.
-    #[inline]
+    #[inline(always)]
     pub(crate) unsafe fn insert(&mut self, node: NonNull<N>, slot: Slot<N>) {
         let Slot::Vacant { parent, dir, depth } = slot else {
             unreachable!("insert into an occupied slot")

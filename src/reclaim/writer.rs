@@ -157,6 +157,7 @@ impl<G: Garbage> Reclaim<G> {
     /// call [`Transaction::begin`] and [`Transaction::retire`]) inside a
     /// writer scope; then, after the writer lock is released, also when
     /// `write` unwinds, the transaction's after-lock work (module docs).
+    #[inline(always)]
     pub(crate) fn transact<R>(&self, write: impl FnOnce(&Transaction<'_, G>) -> R) -> R
     where
         G: 'static,
@@ -224,7 +225,7 @@ impl<G: Garbage + 'static> Transaction<'_, G> {
     /// for a front-end with handler `sections`, theirs), with a drop ticket
     /// if the front-end takes them; takes the shells given back; sets the
     /// limbo's job.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn begin(&self, p: &mut Pending<G>, sections: Option<&Sections>) {
         p.handed_out = false;
         let also = match sections {
