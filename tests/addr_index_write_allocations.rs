@@ -105,7 +105,16 @@ fn insert_and_remove_recycle_records_and_values() {
     // Without `std` every pin registers a participant (an allocation,
     // `guide::no_std`), and a write's announcement pins: about one pair in
     // four then allocates.
-    let bound = if cfg!(feature = "std") { 0.05 } else { 0.5 };
+    // With `std`, one allocation per announcement (crossbeam's queue node
+    // for the sealed bag), made once 64 removed values wait: 0.016 a pair
+    // (0.032 when each announcement covered the values of 32 pairs). Under
+    // Miri crossbeam seals a bag every 4 deferred functions, not 64 (its
+    // own deferred frees among them): 0.035.
+    let bound = match (cfg!(feature = "std"), cfg!(miri)) {
+        (true, false) => 0.025,
+        (true, true) => 0.05,
+        (false, _) => 0.5,
+    };
     assert!(per_pair <= bound, "{per_pair:.3} allocations per pair");
 
     // Values a caller holds on to keep their storage: kept `Removed`s and

@@ -252,27 +252,35 @@ impl Drop for Writes {
     ignore = "without std no thread-local tells a nested write (guide::no_std)"
 )]
 fn garbage_due_in_a_nested_write_is_dropped_after_the_outer_lock() {
+    // Removed together, enough values that the removing write announces
+    // them at once (a few would wait for later writes of INNER: see
+    // `removed_values_are_dropped_even_if_later_writes_only_insert`).
+    const AT_ONCE: u64 = 64;
     let panics = latchtree::swallowed_drop_panics();
     let mut postponed = 0;
-    for i in 0..size(50, 5) {
-        INNER.insert(i, Writes(i));
-        assert!(INNER.remove(&i));
-        // Let the epoch announce the removal without another write of INNER.
+    let rounds = size(50, 2);
+    for i in 0..rounds {
+        let keys = i * AT_ONCE..(i + 1) * AT_ONCE;
+        INNER.write(|b| keys.clone().for_each(|k| drop(b.insert(k, Writes(k)))));
+        INNER.write(|b| keys.clone().for_each(|k| assert!(b.remove(&k))));
+        // Let the epoch pass the announcement without another write of INNER.
         for _ in 0..8 {
             latchtree::pin().flush();
         }
         OUTER.write(|_| {
             INNER.insert(1_000_000 + i, Writes(1_000_000 + i));
-            assert!(!OUTER.contains_key(&i), "dropped under the outer lock");
+            for k in keys.clone() {
+                assert!(!OUTER.contains_key(&k), "dropped under the outer lock");
+            }
         });
         // Due in the nested write (the usual case): dropped as the outer
         // write ended. Otherwise (a guard elsewhere held the epoch back) the
         // flush drops it.
-        postponed += usize::from(OUTER.contains_key(&i));
+        postponed += usize::from(keys.clone().all(|k| OUTER.contains_key(&k)));
         INNER.flush();
     }
-    for i in 0..size(50, 5) {
-        assert!(OUTER.contains_key(&i), "the Drop of {i} lost its write");
+    for k in 0..rounds * AT_ONCE {
+        assert!(OUTER.contains_key(&k), "the Drop of {k} lost its write");
     }
     assert_eq!(
         latchtree::swallowed_drop_panics(),

@@ -94,8 +94,10 @@ impl<K, V> Garbage for NonNull<Node<K, V>> {
 // period passed) and by nothing else while it is in a chain or on a return
 // stack, and `free` only frees the allocation (its key and value are gone).
 unsafe impl<K, V> Shell for Node<K, V> {
-    /// Enough for a write's worth of churn; more go back to the allocator.
-    const KEPT: usize = 64;
+    /// Enough for the churn between two hand-outs of due nodes (the limbo
+    /// announces them 64 at a time, `reclaim::limbo::HELP_BACKLOG`), with
+    /// room to spare; more go back to the allocator.
+    const KEPT: usize = 96;
 
     unsafe fn next(this: NonNull<Self>) -> *mut Self {
         // SAFETY: the caller holds the shell, allocated; only its `hot`
@@ -219,7 +221,7 @@ type Writer<K, V> = Pending<NonNull<Node<K, V>>>;
 /// in another tree's batch closure leaves what it would drop until that
 /// outer write has released its lock, so a `Drop` may itself write to
 /// either tree. The memory of a dropped entry is reused by later inserts
-/// (up to 64 nodes per tree are kept for that; `flush` frees them).
+/// (up to 96 nodes per tree are kept for that; `flush` frees them).
 ///
 /// **How much waits** (tested over random operation sequences,
 /// `tests/reclaim_bound.rs`): while no guard is held on any thread, after

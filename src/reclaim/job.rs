@@ -39,13 +39,29 @@ impl Job {
     /// in a batch closure) it is postponed to the end of the outermost
     /// scope instead: a collection would run other deferred closures under
     /// that write's lock.
+    ///
+    /// An announcing job collects twice (re-pinning in between): crossbeam
+    /// runs a closure once the epoch moved twice past its `defer`, so with
+    /// no guard pinned anywhere the announcement has passed when the job
+    /// returns, and the next write hands out what it covers. Announcements
+    /// are rare (once [`HELP_BACKLOG`] items wait, or after
+    /// [`HELP_EVERY`] writes that retired nothing): each one's allocation
+    /// (crossbeam's queue node for the sealed bag) is shared by that many
+    /// writes.
+    ///
+    /// [`HELP_BACKLOG`]: super::limbo::HELP_BACKLOG
+    /// [`HELP_EVERY`]: super::limbo::HELP_EVERY
     pub(crate) fn run(self, reclaim: &Reclaimer) {
+        #[cfg(not(latchtree_loom))]
+        let collects = if self.announce.is_some() { 2 } else { 1 };
+        #[cfg(latchtree_loom)]
+        let collects = 1;
         if in_writer_scope() {
             let reclaim = reclaim.same_collector();
-            after_outermost_write(move || self.run_collecting(&reclaim, 1));
+            after_outermost_write(move || self.run_collecting(&reclaim, collects));
             return;
         }
-        self.run_collecting(reclaim, 1);
+        self.run_collecting(reclaim, collects);
     }
 
     /// [`run`](Job::run), collecting `collects` times (re-pinning in

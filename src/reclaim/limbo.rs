@@ -22,6 +22,17 @@
 //! epoch along (a writer with no readers at all would otherwise never see
 //! its announcement run).
 //!
+//! When to announce: each announcement costs an allocation (crossbeam's
+//! queue node for the sealed bag) and two collections, so waiting items
+//! are announced together, once [`HELP_BACKLOG`] of them wait (by the
+//! retirement that makes them that many) or once [`HELP_EVERY`]
+//! transactions that retired nothing followed them (a removal that no
+//! other follows). The announcing job collects twice, so with no guard
+//! pinned anywhere its announcement has passed by the next write. In an
+//! insert + remove churn that is one announcement per 64 pairs; the
+//! documented bound holds (at most 64 items wait, 16 of them the last 16
+//! retiring writes').
+//!
 //! Under `cfg(latchtree_loom)` the epoch is invisible to the model checker
 //! (crossbeam keys its own loom support on a different cfg), so nothing is
 //! ever announced: the limbo is a graveyard emptied when its owner is
@@ -31,10 +42,10 @@
 use super::job::Job;
 
 /// Writes (while items wait) between two flushes a writer does to push the
-/// epoch along while its announcement is outstanding (see the module docs).
-/// Every such write counts once, whether it retires or only inserts; 64
-/// keeps an insert + remove churn at the flush rate that 32 retiring writes
-/// gave before insert-only writes counted too.
+/// epoch along while its announcement is outstanding, every such write
+/// counted, whether it retires or only inserts; and writes that retired
+/// nothing after which waiting items that no announcement covers are
+/// announced (see the module docs).
 pub(crate) const HELP_EVERY: u32 = 64;
 
 /// Items waiting from which a writer helps every [`HELP_BACKLOG_EVERY`]
@@ -89,8 +100,14 @@ pub(crate) struct Limbo<T> {
     /// Whether `begin` asked for this transaction's job already (so that
     /// its first retirement does not count it twice towards a help).
     asked: bool,
-    /// Retiring transactions since the announcement or the last help.
+    /// Transactions since the announcement or the last help (counted
+    /// while items wait).
     since_help: u32,
+    /// Transactions that retired nothing, counted while items wait since
+    /// the queue was last empty or announced: what makes
+    /// [`only_counted`](Limbo::only_counted) announce a few waiting items
+    /// that no removal follows.
+    quiet: u32,
     /// The period announced as past its grace period; made on first use.
     #[cfg(not(latchtree_loom))]
     passed: Option<alloc::sync::Arc<crate::sync::AtomicU64>>,
@@ -116,6 +133,7 @@ impl<T> Limbo<T> {
                 retiring: false,
                 asked: false,
                 since_help: 0,
+                quiet: 0,
                 #[cfg(not(latchtree_loom))]
                 passed: None,
             }
@@ -160,11 +178,15 @@ impl<T> Limbo<T> {
         job: &mut Option<Job>,
     ) {
         self.period += 1;
-        self.retiring = false;
+        let quiet = !core::mem::replace(&mut self.retiring, false);
         self.asked = false;
         if self.queue.is_empty() {
             return;
         }
+        // The last transaction retired nothing while items waited
+        // (wrapping: after 2^32 writes under a held-back announcement, a
+        // few items may wait 64 writes more, no harm).
+        self.quiet = self.quiet.wrapping_add(u32::from(quiet));
         let epoch = self.passed();
         if self.ends.0 > epoch.min(also) && self.only_counted(epoch) {
             // The common case while writes churn: nothing is due and the
@@ -178,15 +200,20 @@ impl<T> Limbo<T> {
     }
 
     /// [`job_with`](Limbo::job_with)'s common case, given the period
-    /// announced as passed: if the outstanding announcement has not passed
-    /// and no help comes due, counts towards the next help and returns
-    /// true (the job is then `None`); else changes nothing.
+    /// announced as passed: fewer than [`HELP_BACKLOG`] items wait, and
+    /// either an announcement is outstanding and no help comes due, or
+    /// none is and the waiting items are not yet to be announced (fewer
+    /// than [`HELP_EVERY`] transactions retired nothing since they began
+    /// to wait): then counts towards the next help and returns true (the
+    /// job is then `None`); else changes nothing.
     #[inline]
     fn only_counted(&mut self, epoch: u64) -> bool {
-        if epoch < self.announced
-            && self.since_help + 1 < HELP_EVERY
-            && self.queue.len() < HELP_BACKLOG
-        {
+        let wait = if epoch < self.announced {
+            self.since_help + 1 < HELP_EVERY
+        } else {
+            self.quiet < HELP_EVERY
+        };
+        if wait && self.queue.len() < HELP_BACKLOG {
             self.since_help += 1;
             return true;
         }
@@ -204,7 +231,8 @@ impl<T> Limbo<T> {
         job: &mut Option<Job>,
     ) {
         let passed = epoch.min(also);
-        if self.ends.0 <= passed {
+        let handed_out = self.ends.0 <= passed;
+        if handed_out {
             // No more items than the bound (the common case: nothing kept
             // a backlog) all go, whatever their periods; so do recent ones.
             if self.queue.len() <= HAND_OUT_OLDER
@@ -234,7 +262,11 @@ impl<T> Limbo<T> {
             // moved twice more, and with no reader pinning, only this
             // writer's flushes move it (insert-only writes would otherwise
             // set no job, and what a `clear` retired would never be dropped).
-            *job = self.job_with(epoch, false);
+            // After a hand-out, what still waits was retired while the
+            // announcement was outstanding (a backlog a guard kept, or
+            // removals while readers held the epoch back): announced at
+            // once, not after the next [`HELP_BACKLOG`] or quiet writes.
+            *job = self.job_with(epoch, handed_out);
             self.asked = true;
         }
     }
@@ -289,29 +321,33 @@ impl<T> Limbo<T> {
 
     /// Retires `item`, which left every copy readers can reach in the
     /// running transaction (under the writer lock). Returns true for the
-    /// transaction's first retirement: the caller then hands its job to
-    /// [`first_retirement`](Limbo::first_retirement) (the later ones need
-    /// not touch it).
+    /// transaction's first retirement and for the one that makes
+    /// [`HELP_BACKLOG`] items wait: the caller then hands its job to
+    /// [`on_retirement`](Limbo::on_retirement) (the others need not touch
+    /// it).
     #[inline]
     pub(crate) fn retire(&mut self, item: T) -> bool {
         if self.queue.is_empty() {
             self.ends.0 = self.period;
+            self.quiet = 0;
         }
         self.ends.1 = self.period;
         self.queue.push_back((self.period, item));
-        !core::mem::replace(&mut self.retiring, true)
+        !core::mem::replace(&mut self.retiring, true) || self.queue.len() == HELP_BACKLOG
     }
 
-    /// After the transaction's first retirement: sets `job`, or widens the
+    /// After the transaction's first retirement, or the one that made
+    /// [`HELP_BACKLOG`] items wait: sets `job` (if `begin` did not ask
+    /// already, or to announce the backlog at once), or widens the
     /// announcement `begin` set to this transaction's period (deferred
     /// after this lock too, so it covers this period's items as well).
     #[inline]
-    pub(crate) fn first_retirement(&mut self, job: &mut Option<Job>) {
+    pub(crate) fn on_retirement(&mut self, job: &mut Option<Job>) {
         if let Some(j) = job {
             if j.widen(self.period) {
                 self.announced = self.period;
             }
-        } else if !self.asked {
+        } else if !self.asked || self.queue.len() >= HELP_BACKLOG {
             *job = self.job(false);
         }
     }
@@ -339,6 +375,7 @@ impl<T> Limbo<T> {
             }
             self.announced = latest;
             self.since_help = 0;
+            self.quiet = 0;
             #[cfg(not(latchtree_loom))]
             {
                 let passed = self
@@ -476,7 +513,7 @@ mod tests {
                 };
                 for _ in 0..k {
                     if l.retire(next) {
-                        l.first_retirement(&mut job);
+                        l.on_retirement(&mut job);
                     }
                     model.push_back((l.period, next));
                     next += 1;

@@ -278,7 +278,7 @@ impl<G: Garbage + 'static> Transaction<'_, G> {
     pub(crate) fn retire(&self, p: &mut Pending<G>, item: G) {
         if p.limbo.retire(item) {
             let mut job = self.job.take();
-            p.limbo.first_retirement(&mut job);
+            p.limbo.on_retirement(&mut job);
             // Taken just above: the cell is empty.
             core::mem::forget(self.job.replace(job));
         }
