@@ -71,6 +71,13 @@ fn flush_rounds(front: &impl Front) {
         let Round { job, left, freed } = round();
         idle = if freed { 0 } else { idle + 1 };
         if !left || idle > FLUSH_PATIENCE {
+            // The round's job still runs: an announcement it made is
+            // outstanding from now on (`Limbo::job_with`), and one never
+            // deferred would never pass (the limbo would announce nothing
+            // again, and free nothing).
+            if let Some(job) = job {
+                job.run(collector);
+            }
             return;
         }
         if let Some(job) = job {

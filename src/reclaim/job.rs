@@ -44,8 +44,9 @@ impl Job {
     /// runs a closure once the epoch moved twice past its `defer`, so with
     /// no guard pinned anywhere the announcement has passed when the job
     /// returns, and the next write hands out what it covers. Announcements
-    /// are rare (once [`HELP_BACKLOG`] items wait, or after
-    /// [`HELP_EVERY`] writes that retired nothing): each one's allocation
+    /// are rare (once [`HELP_BACKLOG`] items wait, after [`HELP_EVERY`]
+    /// writes that retired nothing, or after a hand-out that left items
+    /// waiting, as after a backlog): each one's allocation
     /// (crossbeam's queue node for the sealed bag) is shared by that many
     /// writes.
     ///

@@ -27,11 +27,12 @@
 //! are announced together, once [`HELP_BACKLOG`] of them wait (by the
 //! retirement that makes them that many) or once [`HELP_EVERY`]
 //! transactions that retired nothing followed them (a removal that no
-//! other follows). The announcing job collects twice, so with no guard
-//! pinned anywhere its announcement has passed by the next write. In an
-//! insert + remove churn that is one announcement per 64 pairs; the
-//! documented bound holds (at most 64 items wait, 16 of them the last 16
-//! retiring writes').
+//! other follows), or at once after a hand-out that left items waiting
+//! (a backlog). The announcing job collects twice, so with no guard
+//! pinned anywhere its announcement has passed by the next write, which
+//! hands its items out: with no guard held, an item waits for at most 63
+//! later retirements or 64 quiet writes, within the documented bound. In
+//! an insert + remove churn that is one announcement per 64 pairs.
 //!
 //! Under `cfg(latchtree_loom)` the epoch is invisible to the model checker
 //! (crossbeam keys its own loom support on a different cfg), so nothing is
@@ -164,7 +165,9 @@ impl<T> Limbo<T> {
     /// at most [`HAND_OUT_OLDER`] at a time besides twice the recent ones
     /// ([`hand_out_older`](Limbo::hand_out_older)). If items of earlier
     /// periods still wait, sets `job` to announce them (no announcement
-    /// outstanding) or, every [`HELP_EVERY`] writes, to flush (one is): so
+    /// outstanding, and [`HELP_BACKLOG`] of them wait, [`HELP_EVERY`]
+    /// writes that retired nothing followed them, or this write handed
+    /// some out) or, every [`HELP_EVERY`] writes, to flush (one is): so
     /// that a tree whose later writes only insert still frees what it
     /// removed, readers or none. Announcing them now is sound: their
     /// transactions' locks were released before this one began, and the
