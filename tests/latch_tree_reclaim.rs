@@ -261,7 +261,11 @@ fn garbage_due_in_a_nested_write_is_dropped_after_the_outer_lock() {
     let rounds = size(50, 2);
     for i in 0..rounds {
         let keys = i * AT_ONCE..(i + 1) * AT_ONCE;
-        INNER.write(|b| keys.clone().for_each(|k| drop(b.insert(k, Writes(k)))));
+        INNER.write(|b| {
+            for k in keys.clone() {
+                b.insert(k, Writes(k));
+            }
+        });
         INNER.write(|b| keys.clone().for_each(|k| assert!(b.remove(&k))));
         // Let the epoch pass the announcement without another write of INNER.
         for _ in 0..8 {
