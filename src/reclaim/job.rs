@@ -44,14 +44,10 @@ impl Job {
     /// runs a closure once the epoch moved twice past its `defer`, so with
     /// no guard pinned anywhere the announcement has passed when the job
     /// returns, and the next write hands out what it covers. Announcements
-    /// are rare (once [`HELP_BACKLOG`] items wait, after [`HELP_EVERY`]
-    /// writes that retired nothing, or after a hand-out that left items
-    /// waiting, as after a backlog): each one's allocation
-    /// (crossbeam's queue node for the sealed bag) is shared by that many
-    /// writes.
-    ///
-    /// [`HELP_BACKLOG`]: super::limbo::HELP_BACKLOG
-    /// [`HELP_EVERY`]: super::limbo::HELP_EVERY
+    /// are rare (once `HELP_BACKLOG` items wait, after `HELP_EVERY` writes
+    /// that retired nothing, or after a hand-out that left items waiting,
+    /// as after a backlog: `limbo.rs`): each one's allocation (crossbeam's
+    /// queue node for the sealed bag) is shared by that many writes.
     pub(crate) fn run(self, reclaim: &Reclaimer) {
         #[cfg(not(latchtree_loom))]
         let collects = if self.announce.is_some() { 2 } else { 1 };
