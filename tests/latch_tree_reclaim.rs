@@ -533,3 +533,41 @@ fn flushes_beside_a_churning_writer_lose_no_announcement() {
         "removed values still alive after the writer and the flushes stopped"
     );
 }
+
+/// Review finding (round 5): a few removed values (fewer than the 64 that
+/// make a write announce them) wait behind an announcement that a guard
+/// held back; once the guard is gone, writes that only insert must let it
+/// pass (the writer's help flush every `HELP_EVERY` writes): nothing else
+/// moves this tree's epoch (its own collector, no reader).
+#[test]
+fn a_few_values_behind_a_held_back_announcement_go_with_insert_only_writes() {
+    let collector = Collector::new();
+    let tree = LatchTree::with_collector(collector.clone());
+    let value = Arc::new(0u8);
+    for k in 0..8 {
+        tree.insert(k, Arc::clone(&value));
+    }
+    let handle = collector.register();
+    let guard = handle.pin();
+    for k in 0..8 {
+        assert!(tree.remove(&k));
+    }
+    // Quiet writes: after 64 of them a write announces the 8 (the guard
+    // holds the announcement back).
+    for k in 0..100 {
+        tree.insert(1_000 + k, Arc::new(1));
+    }
+    assert_eq!(Arc::strong_count(&value), 9, "the guard keeps them");
+    drop(guard);
+    let mut writes = 0;
+    while Arc::strong_count(&value) > 1 {
+        writes += 1;
+        assert!(
+            writes <= 200,
+            "{} removed values alive after {writes} insert-only writes",
+            Arc::strong_count(&value) - 1
+        );
+        tree.insert(2_000 + writes, Arc::new(1));
+    }
+    eprintln!("8 values behind a held-back announcement gone after {writes} insert-only writes");
+}
