@@ -104,7 +104,7 @@ fn insert_and_remove_recycle_records_and_values() {
     eprintln!("{per_pair:.3} allocations per insert + remove");
     // Without `std` every pin registers a participant (an allocation,
     // `guide::no_std`), and a write's announcement pins: about one pair in
-    // four then allocates.
+    // three then allocates (0.34).
     // With `std`, one allocation per announcement (crossbeam's queue node
     // for the sealed bag), made once 64 removed values wait: 0.016 a pair
     // (0.032 when each announcement covered the values of 32 pairs). Under

@@ -69,7 +69,11 @@ fn flush_rounds(front: &impl Front) {
     let mut idle = 0;
     for _ in 0..FLUSH_ROUNDS {
         let Round { job, left, freed } = round();
-        idle = if freed { 0 } else { idle + 1 };
+        // A round that announces what waits could not have freed it yet:
+        // not counted as idle (a write no longer announces each removal,
+        // so a flush's first round often does).
+        let announces = job.as_ref().is_some_and(Job::announces);
+        idle = if freed || announces { 0 } else { idle + 1 };
         if !left || idle > FLUSH_PATIENCE {
             // The round's job still runs: an announcement it made is
             // outstanding from now on (`Limbo::job_with`), and one never

@@ -22,6 +22,14 @@ pub(crate) struct Job {
 }
 
 impl Job {
+    /// Whether the job announces (rather than only flushes).
+    pub(crate) fn announces(&self) -> bool {
+        #[cfg(not(latchtree_loom))]
+        return self.announce.is_some();
+        #[cfg(latchtree_loom)]
+        return false;
+    }
+
     /// Makes an announcing job cover `period` (later than what it covers);
     /// false for a job that only flushes.
     pub(super) fn widen(&mut self, period: u64) -> bool {

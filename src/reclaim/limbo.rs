@@ -109,6 +109,11 @@ pub(crate) struct Limbo<T> {
     /// [`only_counted`](Limbo::only_counted) announce a few waiting items
     /// that no removal follows.
     quiet: u32,
+    /// The outstanding announcement was made for items that a hand-out
+    /// left waiting (a backlog that a guard, readers, or other garbage
+    /// queued ahead kept), or by a `flush`: helped every
+    /// [`HELP_BACKLOG_EVERY`] writes, like a backlog of [`HELP_BACKLOG`].
+    pressing: bool,
     /// The period announced as past its grace period; made on first use.
     #[cfg(not(latchtree_loom))]
     passed: Option<alloc::sync::Arc<crate::sync::AtomicU64>>,
@@ -135,6 +140,7 @@ impl<T> Limbo<T> {
                 asked: false,
                 since_help: 0,
                 quiet: 0,
+                pressing: false,
                 #[cfg(not(latchtree_loom))]
                 passed: None,
             }
@@ -212,7 +218,12 @@ impl<T> Limbo<T> {
     #[inline]
     fn only_counted(&mut self, epoch: u64) -> bool {
         let wait = if epoch < self.announced {
-            self.since_help + 1 < HELP_EVERY
+            let every = if self.pressing {
+                HELP_BACKLOG_EVERY
+            } else {
+                HELP_EVERY
+            };
+            self.since_help + 1 < every
         } else {
             self.quiet < HELP_EVERY
         };
@@ -268,8 +279,10 @@ impl<T> Limbo<T> {
             // After a hand-out, what still waits was retired while the
             // announcement was outstanding (a backlog a guard kept, or
             // removals while readers held the epoch back): announced at
-            // once, not after the next [`HELP_BACKLOG`] or quiet writes.
-            *job = self.job_with(epoch, handed_out);
+            // once, not after the next [`HELP_BACKLOG`] or quiet writes
+            // (if no announcement is outstanding; one that is keeps its
+            // help cadence).
+            *job = self.job_with(epoch, handed_out && epoch >= self.announced);
             self.asked = true;
         }
     }
@@ -379,6 +392,7 @@ impl<T> Limbo<T> {
             self.announced = latest;
             self.since_help = 0;
             self.quiet = 0;
+            self.pressing = always_help && self.queue.len() >= HELP_BACKLOG / 2;
             #[cfg(not(latchtree_loom))]
             {
                 let passed = self
@@ -392,7 +406,8 @@ impl<T> Limbo<T> {
             return Some(Job {});
         }
         self.since_help += 1;
-        let backlog = self.queue.len() >= HELP_BACKLOG && self.since_help >= HELP_BACKLOG_EVERY;
+        let backlog = (self.queue.len() >= HELP_BACKLOG || self.pressing)
+            && self.since_help >= HELP_BACKLOG_EVERY;
         if always_help || backlog || self.since_help >= HELP_EVERY {
             self.since_help = 0;
             return Some(Job {
