@@ -14,6 +14,9 @@
 //!   works through it: 2,000 bags in the reviewer's reproducer (issue 25,
 //!   3: one flush went through ~384, five calls dropped the value), up to
 //!   the 3,968 the docs state; `synchronize` drops it past that too.
+//!   (Without `std` each foreign pin is a participant of its own, which
+//!   pushes a second, empty bag when it ends: the 2,000 are about 4,000
+//!   there, near what one flush goes through.)
 //!
 //! One `#[test]` on purpose: the epoch is process-wide, and a guard held by
 //! a test running in parallel would (correctly) delay reclamation.

@@ -357,7 +357,7 @@ fn removed_values_are_dropped_by_insert_only_writes_with_no_guard_anywhere() {
                 tree.remove(&k);
             }
         }
-        // At most this many inserts (natively 5 after `clear` and 108 after
+        // At most this many inserts (natively 1 after `clear` and 66 after
         // the removes), stopping once all are gone.
         for k in 0..size(20_000, 400) {
             tree.insert(1_000_000 + k, Arc::new(1));

@@ -34,13 +34,14 @@ struct Round {
 /// A front-end's `flush`: runs rounds (one empty transaction each, which
 /// frees what is due and asks for the limbo's job) and their jobs,
 /// collecting [`FLUSH_COLLECTS`] times, doubled for each round in a row that
-/// freed nothing, until nothing waits, more than [`FLUSH_PATIENCE`] rounds
-/// in a row freed nothing (a guard held somewhere keeps the rest), or
-/// [`FLUSH_ROUNDS`] rounds ran. So one call works through
-/// 8 × (16 + 32 + 64 + 128 + 256) = 3,968 bags of other code's garbage
-/// queued ahead of the front-end's (a guard held elsewhere makes every
-/// flush spend those 496 collections). Inside another write's scope, one round, whose work waits
-/// for that write's end.
+/// freed and announced nothing, until nothing waits, more than
+/// [`FLUSH_PATIENCE`] rounds in a row freed and announced nothing (a guard
+/// held somewhere keeps the rest), or [`FLUSH_ROUNDS`] rounds ran. So one
+/// call works through at least 8 × (16 + 32 + 64 + 128 + 256) = 3,968 bags
+/// of other code's garbage queued ahead of the front-end's (a guard held
+/// elsewhere makes every flush spend those 496 collections, 504 when its
+/// first round announces). Inside another write's scope, one round, whose
+/// work waits for that write's end.
 pub(crate) fn flush(front: &impl Front) {
     // Every round hands out all that is due, also a backlog the writes
     // hand out a slice at a time (`Limbo::begin`).
@@ -93,7 +94,8 @@ fn flush_rounds(front: &impl Front) {
     }
 }
 
-/// Rounds in a row in which [`flush`] may free nothing before it gives up.
+/// Rounds in a row in which [`flush`] may free and announce nothing before
+/// it gives up.
 /// An announcement needs two epoch steps after it was sealed and one more
 /// round takes what it announced; the rest lets through other garbage
 /// queued ahead of the announcement (a guard held elsewhere keeps all of it

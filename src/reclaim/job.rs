@@ -48,13 +48,15 @@ impl Job {
     /// scope instead: a collection would run other deferred closures under
     /// that write's lock.
     ///
-    /// An announcing job collects twice (re-pinning in between): crossbeam
-    /// runs a closure once the epoch moved twice past its `defer`, so with
-    /// no guard pinned anywhere the announcement has passed when the job
-    /// returns, and the next write hands out what it covers. Announcements
+    /// An announcing job re-pins, then collects twice (re-pinning in
+    /// between): crossbeam runs a closure once the epoch moved twice past
+    /// its `defer`, so with no guard pinned anywhere and no other garbage
+    /// queued ahead the announcement has passed when the job returns, and
+    /// the next write hands out what it covers. Announcements
     /// are rare (once `HELP_BACKLOG` items wait, after `HELP_EVERY` writes
     /// that retired nothing, or after a hand-out that left items waiting,
-    /// as after a backlog: `limbo.rs`): each one's allocation (crossbeam's
+    /// as after a backlog; and in `flush` rounds: `limbo.rs`): each one's
+    /// allocation (crossbeam's
     /// queue node for the sealed bag) is shared by that many writes.
     pub(crate) fn run(self, reclaim: &Reclaimer) {
         #[cfg(not(latchtree_loom))]
@@ -77,6 +79,14 @@ impl Job {
         #[cfg(not(latchtree_loom))]
         {
             let mut guard = reclaim.pin();
+            if self.announce.is_some() {
+                // A pin may itself collect and move the epoch on (a new
+                // participant's first pin, every 128th of a thread's),
+                // leaving this guard one step behind: the bag would then be
+                // sealed a step later than the two collections below can
+                // pass. Re-pinned, the guard is at the current epoch.
+                guard.repin();
+            }
             if let Some((passed, period)) = self.announce {
                 // Release: pairs with the Acquire load in `Limbo::passed`;
                 // the closure runs only after every guard pinned before this

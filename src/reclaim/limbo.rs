@@ -28,11 +28,13 @@
 //! retirement that makes them that many) or once [`HELP_EVERY`]
 //! transactions that retired nothing followed them (a removal that no
 //! other follows), or at once after a hand-out that left items waiting
-//! (a backlog). The announcing job collects twice, so with no guard
-//! pinned anywhere its announcement has passed by the next write, which
-//! hands its items out: with no guard held, an item waits for at most 63
-//! later retirements or 64 quiet writes, within the documented bound. In
-//! an insert + remove churn that is one announcement per 64 pairs.
+//! (a backlog: then the announcement is *pressing*, helped every
+//! [`HELP_BACKLOG_EVERY`] writes). The announcing job re-pins, then
+//! collects twice, so with no guard pinned anywhere and no other garbage
+//! queued ahead its announcement has passed by the next write, which
+//! hands its items out: an item then waits for at most 63 later
+//! retirements or 64 quiet writes, within the documented bound. In an
+//! insert + remove churn that is one announcement per 64 pairs.
 //!
 //! Under `cfg(latchtree_loom)` the epoch is invisible to the model checker
 //! (crossbeam keys its own loom support on a different cfg), so nothing is
@@ -50,9 +52,10 @@ use super::job::Job;
 pub(crate) const HELP_EVERY: u32 = 64;
 
 /// Items waiting from which a writer helps every [`HELP_BACKLOG_EVERY`]
-/// writes rather than every [`HELP_EVERY`]: a large removal (a `clear`, a
-/// batch) is freed within a few writes, while a guard held elsewhere (which
-/// no flush can get past) costs at most one flush per that many writes.
+/// writes rather than every [`HELP_EVERY`] (so does a pressing
+/// announcement: `Limbo::pressing`): a large removal (a `clear`, a batch)
+/// is freed within a few writes, while a guard held elsewhere (which no
+/// flush can get past) costs at most one flush per that many writes.
 pub(crate) const HELP_BACKLOG: usize = 64;
 
 /// See [`HELP_BACKLOG`].
@@ -109,10 +112,11 @@ pub(crate) struct Limbo<T> {
     /// [`only_counted`](Limbo::only_counted) announce a few waiting items
     /// that no removal follows.
     quiet: u32,
-    /// The outstanding announcement was made for items that a hand-out
-    /// left waiting (a backlog that a guard, readers, or other garbage
-    /// queued ahead kept), or by a `flush`: helped every
-    /// [`HELP_BACKLOG_EVERY`] writes, like a backlog of [`HELP_BACKLOG`].
+    /// The outstanding announcement was made, by a hand-out or a `flush`
+    /// (`always_help`), for at least `HELP_BACKLOG / 2` waiting items (a
+    /// backlog that a guard, readers, or other garbage queued ahead kept):
+    /// helped every [`HELP_BACKLOG_EVERY`] writes, like a backlog of
+    /// [`HELP_BACKLOG`], not every [`HELP_EVERY`].
     pressing: bool,
     /// The period announced as past its grace period; made on first use.
     #[cfg(not(latchtree_loom))]
@@ -212,8 +216,10 @@ impl<T> Limbo<T> {
     /// announced as passed: fewer than [`HELP_BACKLOG`] items wait, and
     /// either an announcement is outstanding and no help comes due, or
     /// none is and the waiting items are not yet to be announced (fewer
-    /// than [`HELP_EVERY`] transactions retired nothing since they began
-    /// to wait): then counts towards the next help and returns true (the
+    /// than [`HELP_EVERY`] transactions retired nothing since the queue
+    /// was last empty or announced): then counts towards the next help
+    /// (every [`HELP_BACKLOG_EVERY`] if the announcement is pressing) and
+    /// returns true (the
     /// job is then `None`); else changes nothing.
     #[inline]
     fn only_counted(&mut self, epoch: u64) -> bool {
@@ -368,10 +374,14 @@ impl<T> Limbo<T> {
         }
     }
 
-    /// What to do after the lock for the waiting items: announce the
-    /// latest period if no announcement is outstanding, else (every
-    /// [`HELP_EVERY`] calls, every [`HELP_BACKLOG_EVERY`] while
-    /// [`HELP_BACKLOG`] items wait, or always if `always_help`) flush.
+    /// What to do after the lock for the waiting items. If no announcement
+    /// is outstanding: announce the latest period once
+    /// [`only_counted`](Limbo::only_counted) says so ([`HELP_BACKLOG`]
+    /// items wait, or [`HELP_EVERY`] writes retired nothing), or at once
+    /// if `always_help` (which also makes it pressing, see the field).
+    /// Else flush every [`HELP_EVERY`] calls, every [`HELP_BACKLOG_EVERY`]
+    /// while [`HELP_BACKLOG`] items wait or the announcement is pressing,
+    /// or always if `always_help`.
     pub(crate) fn job(&mut self, always_help: bool) -> Option<Job> {
         self.job_with(self.passed(), always_help)
     }
