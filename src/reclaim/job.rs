@@ -59,10 +59,7 @@ impl Job {
     /// allocation (crossbeam's
     /// queue node for the sealed bag) is shared by that many writes.
     pub(crate) fn run(self, reclaim: &Reclaimer) {
-        #[cfg(not(latchtree_loom))]
-        let collects = if self.announce.is_some() { 2 } else { 1 };
-        #[cfg(latchtree_loom)]
-        let collects = 1;
+        let collects = if self.announces() { 2 } else { 1 };
         if in_writer_scope() {
             let reclaim = reclaim.same_collector();
             after_outermost_write(move || self.run_collecting(&reclaim, collects));
@@ -79,15 +76,13 @@ impl Job {
         #[cfg(not(latchtree_loom))]
         {
             let mut guard = reclaim.pin();
-            if self.announce.is_some() {
+            if let Some((passed, period)) = self.announce {
                 // A pin may itself collect and move the epoch on (a new
                 // participant's first pin, every 128th of a thread's),
                 // leaving this guard one step behind: the bag would then be
                 // sealed a step later than the two collections below can
                 // pass. Re-pinned, the guard is at the current epoch.
                 guard.repin();
-            }
-            if let Some((passed, period)) = self.announce {
                 // Release: pairs with the Acquire load in `Limbo::passed`;
                 // the closure runs only after every guard pinned before this
                 // `defer` is gone (crossbeam), which happens-before it, so
