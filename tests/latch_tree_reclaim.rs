@@ -255,7 +255,7 @@ fn garbage_due_in_a_nested_write_is_dropped_after_the_outer_lock() {
     // Removed together, enough values that the removing write announces
     // them at once (a few would wait for later writes of INNER: see
     // `removed_values_are_dropped_even_if_later_writes_only_insert`).
-    const AT_ONCE: u64 = 64;
+    const AT_ONCE: u64 = 128;
     let panics = latchtree::swallowed_drop_panics();
     let mut postponed = 0;
     let rounds = size(50, 2);

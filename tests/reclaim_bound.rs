@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
 /// See the module docs.
-const BOUND_VALUES: usize = 64;
+const BOUND_VALUES: usize = 128;
 /// See the module docs.
 const BOUND_WRITES: usize = 16;
 

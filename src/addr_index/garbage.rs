@@ -31,9 +31,10 @@ pub(crate) enum Garbage<T> {
     Array(NonNull<Array<T>>),
 }
 
-/// The most hollow records an index keeps (more than the limbo holds in
-/// an insert + remove churn: see the bound in the `AddrIndex` docs).
-pub(crate) const POOL_MAX: usize = 128;
+/// The most hollow records an index keeps (more than the limbo hands out
+/// at a time in an insert + remove churn, 128: see the bound in the
+/// `AddrIndex` docs).
+pub(crate) const POOL_MAX: usize = 192;
 
 /// What a hollow record's memory holds: the next shell of its chain and a
 /// hollow `Arc`'s data pointer (its `T` dropped), if any.

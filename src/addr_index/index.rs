@@ -240,7 +240,7 @@ impl<T> Writer<T> {
 ///
 /// **How much waits** (tested over random operation sequences,
 /// `tests/reclaim_bound.rs`): while no guard is held on any thread, after
-/// every write at most 64 removed values are still held by the index
+/// every write at most 128 removed values are still held by the index
 /// besides those the last 16 writes removed, whatever the writes; one
 /// `flush` lets go of all of them, also with up to 3,968 bags of other
 /// code's garbage queued in crossbeam's collector ahead of them

@@ -95,9 +95,9 @@ impl<K, V> Garbage for NonNull<Node<K, V>> {
 // stack, and `free` only frees the allocation (its key and value are gone).
 unsafe impl<K, V> Shell for Node<K, V> {
     /// Enough for the churn between two hand-outs of due nodes (the limbo
-    /// announces them 64 at a time, `reclaim::limbo::HELP_BACKLOG`), with
+    /// announces them 128 at a time, `reclaim::limbo::HELP_BACKLOG`), with
     /// room to spare; more go back to the allocator.
-    const KEPT: usize = 96;
+    const KEPT: usize = 160;
 
     unsafe fn next(this: NonNull<Self>) -> *mut Self {
         // SAFETY: the caller holds the shell, allocated; only its `hot`
@@ -221,11 +221,11 @@ type Writer<K, V> = Pending<NonNull<Node<K, V>>>;
 /// in another tree's batch closure leaves what it would drop until that
 /// outer write has released its lock, so a `Drop` may itself write to
 /// either tree. The memory of a dropped entry is reused by later inserts
-/// (up to 96 nodes per tree are kept for that; `flush` frees them).
+/// (up to 160 nodes per tree are kept for that; `flush` frees them).
 ///
 /// **How much waits** (tested over random operation sequences,
 /// `tests/reclaim_bound.rs`): while no guard is held on any thread, after
-/// every write at most 64 removed entries are still alive besides those the
+/// every write at most 128 removed entries are still alive besides those the
 /// last 16 writes removed, whatever the writes (inserts only, removes,
 /// batches, `clear`, a write nested in another tree's batch); one
 /// [`flush`](LatchTree::flush) drops all of them. A guard held somewhere

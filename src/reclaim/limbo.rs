@@ -26,15 +26,15 @@
 //! queue node for the sealed bag) and two collections, so waiting items
 //! are announced together, once [`HELP_BACKLOG`] of them wait (by the
 //! retirement that makes them that many) or once [`HELP_EVERY`]
-//! transactions that retired nothing followed them (a removal that no
-//! other follows), or at once after a hand-out that left items waiting
-//! (a backlog: then the announcement is *pressing*, helped every
+//! transactions in a row retired nothing (a removal that no other
+//! follows), or at once after a hand-out that left items waiting (a
+//! backlog: then the announcement is *pressing*, helped every
 //! [`HELP_BACKLOG_EVERY`] writes). The announcing job re-pins, then
 //! collects twice, so with no guard pinned anywhere and no other garbage
 //! queued ahead its announcement has passed by the next write, which
-//! hands its items out: an item then waits for at most 63 later
+//! hands its items out: an item then waits for at most 127 later
 //! retirements or 64 quiet writes, within the documented bound. In an
-//! insert + remove churn that is one announcement per 64 pairs.
+//! insert + remove churn that is one announcement per 128 pairs.
 //!
 //! Under `cfg(latchtree_loom)` the epoch is invisible to the model checker
 //! (crossbeam keys its own loom support on a different cfg), so nothing is
@@ -56,18 +56,22 @@ pub(crate) const HELP_EVERY: u32 = 64;
 /// announcement: `Limbo::pressing`): a large removal (a `clear`, a batch)
 /// is freed within a few writes, while a guard held elsewhere (which no
 /// flush can get past) costs at most one flush per that many writes.
-pub(crate) const HELP_BACKLOG: usize = 64;
+pub(crate) const HELP_BACKLOG: usize = 128;
 
 /// See [`HELP_BACKLOG`].
 pub(crate) const HELP_BACKLOG_EVERY: u32 = 4;
 
+/// Items waiting behind a hand-out (or a `flush` round) from which its
+/// announcement is *pressing* (`Limbo::pressing`).
+const PRESSING_FROM: usize = 32;
+
 /// The queue capacity a [`Limbo`] keeps when it shrinks.
-const LIMBO_KEPT: usize = 64;
+const LIMBO_KEPT: usize = 2 * HELP_BACKLOG;
 
 /// The retiring transactions (those that retired anything) whose items are
 /// *recent*: never held back by [`HAND_OUT_OLDER`]. The window of the
-/// documented bound ("at most 64 removed values besides those the last 16
-/// writes removed"), counted in retiring transactions so that empty ones
+/// documented bound ("at most 128 removed values besides those the last
+/// 16 writes removed"), counted in retiring transactions so that empty ones
 /// (a `flush`'s rounds) and insert-only writes do not age anything.
 const RECENT_RETIRING: usize = 16;
 
@@ -107,13 +111,13 @@ pub(crate) struct Limbo<T> {
     /// Transactions since the announcement or the last help (counted
     /// while items wait).
     since_help: u32,
-    /// Transactions that retired nothing, counted while items wait since
-    /// the queue was last empty or announced: what makes
+    /// Transactions in a row that retired nothing, counted while items
+    /// wait since the queue was last empty or announced: what makes
     /// [`only_counted`](Limbo::only_counted) announce a few waiting items
     /// that no removal follows.
     quiet: u32,
     /// The outstanding announcement was made, by a hand-out or a `flush`
-    /// (`always_help`), for at least `HELP_BACKLOG / 2` waiting items (a
+    /// (`always_help`), for at least [`PRESSING_FROM`] waiting items (a
     /// backlog that a guard, readers, or other garbage queued ahead kept):
     /// helped every [`HELP_BACKLOG_EVERY`] writes, like a backlog of
     /// [`HELP_BACKLOG`], not every [`HELP_EVERY`].
@@ -176,8 +180,8 @@ impl<T> Limbo<T> {
     /// ([`hand_out_older`](Limbo::hand_out_older)). If items of earlier
     /// periods still wait, sets `job` to announce them (no announcement
     /// outstanding, and [`HELP_BACKLOG`] of them wait, [`HELP_EVERY`]
-    /// writes that retired nothing followed them, or this write handed
-    /// some out) or, every [`HELP_EVERY`] writes, to flush (one is): so
+    /// writes in a row retired nothing, or this write handed some out)
+    /// or, every [`HELP_EVERY`] writes, to flush (one is): so
     /// that a tree whose later writes only insert still frees what it
     /// removed, readers or none. Announcing them now is sound: their
     /// transactions' locks were released before this one began, and the
@@ -216,11 +220,10 @@ impl<T> Limbo<T> {
     /// announced as passed: fewer than [`HELP_BACKLOG`] items wait, and
     /// either an announcement is outstanding and no help comes due, or
     /// none is and the waiting items are not yet to be announced (fewer
-    /// than [`HELP_EVERY`] transactions retired nothing since the queue
-    /// was last empty or announced): then counts towards the next help
-    /// (every [`HELP_BACKLOG_EVERY`] if the announcement is pressing) and
-    /// returns true (the
-    /// job is then `None`); else changes nothing.
+    /// than [`HELP_EVERY`] transactions in a row retired nothing since the
+    /// queue was last empty or announced): then counts towards the next
+    /// help (every [`HELP_BACKLOG_EVERY`] if the announcement is pressing)
+    /// and returns true (the job is then `None`); else changes nothing.
     #[inline]
     fn only_counted(&mut self, epoch: u64) -> bool {
         let wait = if epoch < self.announced {
@@ -351,8 +354,11 @@ impl<T> Limbo<T> {
     pub(crate) fn retire(&mut self, item: T) -> bool {
         if self.queue.is_empty() {
             self.ends.0 = self.period;
-            self.quiet = 0;
         }
+        // Only writes in a row that retire nothing are quiet: in a churn
+        // the retirements, not the inserts between them, pace the
+        // announcements (one per [`HELP_BACKLOG`]).
+        self.quiet = 0;
         self.ends.1 = self.period;
         self.queue.push_back((self.period, item));
         !core::mem::replace(&mut self.retiring, true) || self.queue.len() == HELP_BACKLOG
@@ -402,7 +408,7 @@ impl<T> Limbo<T> {
             self.announced = latest;
             self.since_help = 0;
             self.quiet = 0;
-            self.pressing = always_help && self.queue.len() >= HELP_BACKLOG / 2;
+            self.pressing = always_help && self.queue.len() >= PRESSING_FROM;
             #[cfg(not(latchtree_loom))]
             {
                 let passed = self

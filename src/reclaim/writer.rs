@@ -37,7 +37,7 @@ use core::mem::ManuallyDrop;
 use crossbeam_epoch::Guard;
 
 /// The capacity a due-items buffer keeps between writes.
-const DUE_KEPT: usize = 64;
+const DUE_KEPT: usize = 2 * super::limbo::HELP_BACKLOG;
 
 /// A front-end's reclamation, outside its writer lock.
 pub(crate) struct Reclaim<G: Garbage> {
