@@ -165,7 +165,12 @@ fn insert_and_remove_recycle_records_and_values() {
 
     // A `LatchTree`: once warm, a pair reuses the node shell of a value
     // handed out (160 kept: more than the 128 an announcement covers), so
-    // only the announcements allocate.
+    // only the announcements allocate. Not under Miri (minutes more in its
+    // budget), whose count is crossbeam's sealing (above); the shells'
+    // reuse runs there in `tests/latch_tree_reclaim.rs`.
+    if cfg!(miri) {
+        return;
+    }
     let tree = LatchTree::new();
     for k in 0..n {
         tree.insert(2 * k, k);
