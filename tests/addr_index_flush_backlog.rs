@@ -80,7 +80,8 @@ fn flush_backlog() {
     assert_eq!(alive(), 0, "values still alive after the first flush");
 
     // With no flush: later writes free a backlog (more than the 128
-    // values the bound lets wait) within 16 writes once no guard is held (the bound the docs state).
+    // values the bound lets wait) within 16 writes once no guard is held
+    // (the bound the docs state).
     own_backlog(&index, n);
     let writes = (1..=16)
         .find(|_| {

@@ -312,7 +312,7 @@ fn removed_values_are_dropped_even_if_later_writes_only_insert() {
     }
     tree.flush();
     // The review's sequence: a removal, then a batch of the rest (announced
-    // by the batch's 64th retirement; under Miri, with 20, by the quiet
+    // by the batch's 128th retirement; under Miri, with 20, by the quiet
     // writes below), then inserts while readers pin and collect.
     tree.remove(&0);
     tree.write(|b| {
@@ -534,7 +534,7 @@ fn flushes_beside_a_churning_writer_lose_no_announcement() {
     );
 }
 
-/// Review finding (round 5): a few removed values (fewer than the 64 that
+/// Review finding (round 5): a few removed values (fewer than the 128 that
 /// make a write announce them) wait behind an announcement that a guard
 /// held back; once the guard is gone, writes that only insert must let it
 /// pass (the writer's help flush every `HELP_EVERY` writes): nothing else

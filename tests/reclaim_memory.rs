@@ -16,8 +16,8 @@ fn flush_returns_the_memory_of_removed_entries() {
     // Warm up the epoch's thread-local state, which stays.
     latchtree::pin().flush();
 
-    // Large values, so that the 64 node shells the tree keeps for reuse
-    // weigh (about 36 KiB) against what stays.
+    // Large values, so that the node shells the tree keeps for reuse (160,
+    // about 90 KiB) weigh against what stays.
     let tree: LatchTree<u64, [u64; 64]> = LatchTree::new();
     let before = live();
     for k in 0..n {

@@ -52,11 +52,11 @@ impl Job {
     /// between): crossbeam runs a closure once the epoch moved twice past
     /// its `defer`, so with no guard pinned anywhere and no other garbage
     /// queued ahead the announcement has passed when the job returns, and
-    /// the next write hands out what it covers. Announcements
-    /// are rare (once `HELP_BACKLOG` items wait, after `HELP_EVERY` writes
-    /// that retired nothing, or after a hand-out that left items waiting,
-    /// as after a backlog; and in `flush` rounds: `limbo.rs`): each one's
-    /// allocation (crossbeam's
+    /// the next write hands out what it covers. Announcements are rare
+    /// (once `HELP_BACKLOG` items wait, after `HELP_EVERY` writes in a row
+    /// that retired nothing, once the oldest waited `MAX_AGE` writes, or
+    /// after a hand-out that left items waiting, as after a backlog; and
+    /// in `flush` rounds: `limbo.rs`): each one's allocation (crossbeam's
     /// queue node for the sealed bag) is shared by that many writes.
     pub(crate) fn run(self, reclaim: &Reclaimer) {
         let collects = if self.announces() { 2 } else { 1 };

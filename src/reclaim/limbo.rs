@@ -29,12 +29,14 @@
 //! transactions in a row retired nothing (a removal that no other
 //! follows), or at once after a hand-out that left items waiting (a
 //! backlog: then the announcement is *pressing*, helped every
-//! [`HELP_BACKLOG_EVERY`] writes). The announcing job re-pins, then
+//! [`HELP_BACKLOG_EVERY`] writes), and at the latest once the oldest has
+//! waited [`MAX_AGE`] transactions. The announcing job re-pins, then
 //! collects twice, so with no guard pinned anywhere and no other garbage
 //! queued ahead its announcement has passed by the next write, which
 //! hands its items out: an item then waits for at most 127 later
-//! retirements or 64 quiet writes, within the documented bound. In an
-//! insert + remove churn that is one announcement per 128 pairs.
+//! retirements, 64 quiet writes in a row or [`MAX_AGE`] writes, within
+//! the documented bound. In an insert + remove churn that is one
+//! announcement per 128 pairs.
 //!
 //! Under `cfg(latchtree_loom)` the epoch is invisible to the model checker
 //! (crossbeam keys its own loom support on a different cfg), so nothing is
@@ -46,9 +48,9 @@ use super::job::Job;
 
 /// Writes (while items wait) between two flushes a writer does to push the
 /// epoch along while its announcement is outstanding, every such write
-/// counted, whether it retires or only inserts; and writes that retired
-/// nothing after which waiting items that no announcement covers are
-/// announced (see the module docs).
+/// counted, whether it retires or only inserts; and writes in a row that
+/// retired nothing after which waiting items that no announcement covers
+/// are announced (see the module docs).
 pub(crate) const HELP_EVERY: u32 = 64;
 
 /// Items waiting from which a writer helps every [`HELP_BACKLOG_EVERY`]
@@ -60,6 +62,13 @@ pub(crate) const HELP_BACKLOG: usize = 128;
 
 /// See [`HELP_BACKLOG`].
 pub(crate) const HELP_BACKLOG_EVERY: u32 = 4;
+
+/// Transactions after which the oldest waiting item is announced, however
+/// few wait and however rarely quiet writes come in a row (one removal
+/// every 63 writes would otherwise wait for the 128th, some 8,000 writes):
+/// more than an insert + remove churn takes to make [`HELP_BACKLOG`] wait
+/// (255), so that churn still announces once per [`HELP_BACKLOG`].
+const MAX_AGE: u64 = 4 * HELP_BACKLOG as u64;
 
 /// Items waiting behind a hand-out (or a `flush` round) from which its
 /// announcement is *pressing* (`Limbo::pressing`).
@@ -180,7 +189,8 @@ impl<T> Limbo<T> {
     /// ([`hand_out_older`](Limbo::hand_out_older)). If items of earlier
     /// periods still wait, sets `job` to announce them (no announcement
     /// outstanding, and [`HELP_BACKLOG`] of them wait, [`HELP_EVERY`]
-    /// writes in a row retired nothing, or this write handed some out)
+    /// writes in a row retired nothing, the oldest waited [`MAX_AGE`]
+    /// transactions, or this write handed some out)
     /// or, every [`HELP_EVERY`] writes, to flush (one is): so
     /// that a tree whose later writes only insert still frees what it
     /// removed, readers or none. Announcing them now is sound: their
@@ -221,7 +231,8 @@ impl<T> Limbo<T> {
     /// either an announcement is outstanding and no help comes due, or
     /// none is and the waiting items are not yet to be announced (fewer
     /// than [`HELP_EVERY`] transactions in a row retired nothing since the
-    /// queue was last empty or announced): then counts towards the next
+    /// queue was last empty or announced, and the oldest is younger than
+    /// [`MAX_AGE`] transactions): then counts towards the next
     /// help (every [`HELP_BACKLOG_EVERY`] if the announcement is pressing)
     /// and returns true (the job is then `None`); else changes nothing.
     #[inline]
@@ -234,7 +245,7 @@ impl<T> Limbo<T> {
             };
             self.since_help + 1 < every
         } else {
-            self.quiet < HELP_EVERY
+            self.quiet < HELP_EVERY && self.period - self.ends.0 < MAX_AGE
         };
         if wait && self.queue.len() < HELP_BACKLOG {
             self.since_help += 1;
@@ -383,7 +394,8 @@ impl<T> Limbo<T> {
     /// What to do after the lock for the waiting items. If no announcement
     /// is outstanding: announce the latest period once
     /// [`only_counted`](Limbo::only_counted) says so ([`HELP_BACKLOG`]
-    /// items wait, or [`HELP_EVERY`] writes retired nothing), or at once
+    /// items wait, [`HELP_EVERY`] writes in a row retired nothing, or the
+    /// oldest waited [`MAX_AGE`] transactions), or at once
     /// if `always_help` (which also makes it pressing, see the field).
     /// Else flush every [`HELP_EVERY`] calls, every [`HELP_BACKLOG_EVERY`]
     /// while [`HELP_BACKLOG`] items wait or the announcement is pressing,
@@ -557,6 +569,65 @@ mod tests {
             assert_eq!(l.queue.len(), model.len());
         }
         assert!(short > 100, "the bound stopped only {short} hand-outs");
+    }
+
+    /// With the grace period passing at once: a lone retirement followed
+    /// by quiet transactions is handed out after [`HELP_EVERY`] of them
+    /// (and two: the one that announces, the one that hands out); sparse
+    /// retirements, one every 63 transactions (never [`HELP_EVERY`] quiet
+    /// ones in a row, far fewer than [`HELP_BACKLOG`]), after at most
+    /// [`MAX_AGE`] and two; a churn that retires every other transaction
+    /// is announced once per [`HELP_BACKLOG`] retirements, not more often.
+    #[test]
+    fn items_wait_a_bounded_number_of_transactions() {
+        // Transactions a retirement waited for its hand-out (the longest),
+        // and the announcements made, retiring at the transactions `every`
+        // says out of `n`, none after `last`.
+        let run = |n: u64, last: u64, every: &dyn Fn(u64) -> bool| {
+            let mut l: Limbo<u64> = Limbo::new();
+            let passed = alloc::sync::Arc::new(crate::sync::AtomicU64::new(0));
+            l.passed = Some(alloc::sync::Arc::clone(&passed));
+            let mut waiting: VecDeque<u64> = VecDeque::new();
+            let (mut longest, mut announcements) = (0, 0);
+            for t in 0..n {
+                let (mut out, mut job) = (Vec::new(), None);
+                l.begin(u64::MAX, || false, |x| out.push(x), &mut job);
+                for x in out {
+                    assert_eq!(waiting.pop_front(), Some(x), "out of order");
+                    longest = longest.max(t - x);
+                }
+                if t <= last && every(t) && l.retire(t) {
+                    l.on_retirement(&mut job);
+                }
+                if t <= last && every(t) {
+                    waiting.push_back(t);
+                }
+                // The job runs after the lock; the epoch passes it at once.
+                if let Some(Job {
+                    announce: Some((_, p)),
+                }) = job
+                {
+                    passed.store(p, crate::sync::Ordering::Release);
+                    announcements += 1;
+                }
+            }
+            assert!(waiting.is_empty(), "{} never handed out", waiting.len());
+            (longest, announcements)
+        };
+        let (lone, _) = run(200, 0, &|t| t == 0);
+        assert_eq!(lone, u64::from(HELP_EVERY) + 2, "a lone retirement");
+        let (sparse, _) = run(20_000, 10_000, &|t| t % 63 == 0);
+        assert!(
+            sparse > u64::from(HELP_EVERY) + 2 && sparse <= MAX_AGE + 2,
+            "sparse retirements waited {sparse} transactions"
+        );
+        // 9,500 retirements: 74 announcements of 128, and one for the rest.
+        let (_, churn) = run(20_000, 19_000, &|t| t % 2 == 1);
+        assert_eq!(
+            churn,
+            9_500 / HELP_BACKLOG as u64 + 1,
+            "a churn's announcements"
+        );
     }
 
     /// The floor is the 16th most recent period with items waiting, with
