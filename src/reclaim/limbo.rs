@@ -29,13 +29,14 @@
 //! transactions in a row retired nothing (a removal that no other
 //! follows), or at once after a hand-out that left items waiting (a
 //! backlog: then the announcement is *pressing*, helped every
-//! [`HELP_BACKLOG_EVERY`] writes), and at the latest once the oldest has
-//! waited [`MAX_AGE`] transactions. The announcing job re-pins, then
+//! [`HELP_BACKLOG_EVERY`] writes); once the oldest has waited
+//! [`MAX_AGE`] transactions, [`HELP_EVERY`] quiet ones announce them, in a
+//! row or not. The announcing job re-pins, then
 //! collects twice, so with no guard pinned anywhere and no other garbage
 //! queued ahead its announcement has passed by the next write, which
 //! hands its items out: an item then waits for at most 127 later
-//! retirements, 64 quiet writes in a row or [`MAX_AGE`] writes, within
-//! the documented bound. In an insert + remove churn that is one
+//! retirements, 64 quiet writes in a row, or [`MAX_AGE`] writes and 64
+//! quiet ones, within the documented bound. In an insert + remove churn that is one
 //! announcement per 128 pairs.
 //!
 //! Under `cfg(latchtree_loom)` the epoch is invisible to the model checker
@@ -63,11 +64,12 @@ pub(crate) const HELP_BACKLOG: usize = 128;
 /// See [`HELP_BACKLOG`].
 pub(crate) const HELP_BACKLOG_EVERY: u32 = 4;
 
-/// Transactions after which the oldest waiting item is announced, however
-/// few wait and however rarely quiet writes come in a row (one removal
-/// every 63 writes would otherwise wait for the 128th, some 8,000 writes):
-/// more than an insert + remove churn takes to make [`HELP_BACKLOG`] wait
-/// (255), so that churn still announces once per [`HELP_BACKLOG`].
+/// Transactions the oldest waiting item waits before retirements stop
+/// resetting the quiet count, so that [`HELP_EVERY`] quiet writes announce
+/// it however rarely they come in a row (one removal every 63 writes would
+/// otherwise wait for the 128th, some 8,000 writes): more than an insert +
+/// remove churn takes to make [`HELP_BACKLOG`] wait (255), so that churn
+/// still announces once per [`HELP_BACKLOG`].
 const MAX_AGE: u64 = 4 * HELP_BACKLOG as u64;
 
 /// Items waiting behind a hand-out (or a `flush` round) from which its
@@ -189,8 +191,8 @@ impl<T> Limbo<T> {
     /// ([`hand_out_older`](Limbo::hand_out_older)). If items of earlier
     /// periods still wait, sets `job` to announce them (no announcement
     /// outstanding, and [`HELP_BACKLOG`] of them wait, [`HELP_EVERY`]
-    /// writes in a row retired nothing, the oldest waited [`MAX_AGE`]
-    /// transactions, or this write handed some out)
+    /// writes in a row (or, past [`MAX_AGE`], in all) retired nothing, or
+    /// this write handed some out)
     /// or, every [`HELP_EVERY`] writes, to flush (one is): so
     /// that a tree whose later writes only insert still frees what it
     /// removed, readers or none. Announcing them now is sound: their
@@ -231,8 +233,8 @@ impl<T> Limbo<T> {
     /// either an announcement is outstanding and no help comes due, or
     /// none is and the waiting items are not yet to be announced (fewer
     /// than [`HELP_EVERY`] transactions in a row retired nothing since the
-    /// queue was last empty or announced, and the oldest is younger than
-    /// [`MAX_AGE`] transactions): then counts towards the next
+    /// queue was last empty or announced; past [`MAX_AGE`], in all):
+    /// then counts towards the next
     /// help (every [`HELP_BACKLOG_EVERY`] if the announcement is pressing)
     /// and returns true (the job is then `None`); else changes nothing.
     #[inline]
@@ -245,7 +247,7 @@ impl<T> Limbo<T> {
             };
             self.since_help + 1 < every
         } else {
-            self.quiet < HELP_EVERY && self.period - self.ends.0 < MAX_AGE
+            self.quiet < HELP_EVERY
         };
         if wait && self.queue.len() < HELP_BACKLOG {
             self.since_help += 1;
@@ -368,8 +370,11 @@ impl<T> Limbo<T> {
         }
         // Only writes in a row that retire nothing are quiet: in a churn
         // the retirements, not the inserts between them, pace the
-        // announcements (one per [`HELP_BACKLOG`]).
-        self.quiet = 0;
+        // announcements (one per [`HELP_BACKLOG`]). Once the oldest item
+        // waited [`MAX_AGE`] transactions, every quiet write counts again.
+        if self.period - self.ends.0 < MAX_AGE {
+            self.quiet = 0;
+        }
         self.ends.1 = self.period;
         self.queue.push_back((self.period, item));
         !core::mem::replace(&mut self.retiring, true) || self.queue.len() == HELP_BACKLOG
@@ -394,8 +399,8 @@ impl<T> Limbo<T> {
     /// What to do after the lock for the waiting items. If no announcement
     /// is outstanding: announce the latest period once
     /// [`only_counted`](Limbo::only_counted) says so ([`HELP_BACKLOG`]
-    /// items wait, [`HELP_EVERY`] writes in a row retired nothing, or the
-    /// oldest waited [`MAX_AGE`] transactions), or at once
+    /// items wait, or [`HELP_EVERY`] writes in a row, past [`MAX_AGE`] in
+    /// all, retired nothing), or at once
     /// if `always_help` (which also makes it pressing, see the field).
     /// Else flush every [`HELP_EVERY`] calls, every [`HELP_BACKLOG_EVERY`]
     /// while [`HELP_BACKLOG`] items wait or the announcement is pressing,
@@ -576,7 +581,7 @@ mod tests {
     /// (and two: the one that announces, the one that hands out); sparse
     /// retirements, one every 63 transactions (never [`HELP_EVERY`] quiet
     /// ones in a row, far fewer than [`HELP_BACKLOG`]), after at most
-    /// [`MAX_AGE`] and two; a churn that retires every other transaction
+    /// [`MAX_AGE`], twice [`HELP_EVERY`] and two; a churn that retires every other transaction
     /// is announced once per [`HELP_BACKLOG`] retirements, not more often.
     #[test]
     fn items_wait_a_bounded_number_of_transactions() {
@@ -620,7 +625,7 @@ mod tests {
         let n = if cfg!(miri) { 2_000 } else { 20_000 };
         let (sparse, _) = run(n, n / 2, &|t| t % 63 == 0);
         assert!(
-            sparse > u64::from(HELP_EVERY) + 2 && sparse <= MAX_AGE + 2,
+            sparse > u64::from(HELP_EVERY) + 2 && sparse <= MAX_AGE + 2 * u64::from(HELP_EVERY) + 2,
             "sparse retirements waited {sparse} transactions"
         );
         // Announcements of 128 retirements, and one for the rest.
