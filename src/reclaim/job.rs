@@ -54,10 +54,10 @@ impl Job {
     /// queued ahead the announcement has passed when the job returns, and
     /// the next write hands out what it covers. Announcements are rare
     /// (once `HELP_BACKLOG` items wait, after `HELP_EVERY` writes in a row
-    /// that retired nothing (past `MAX_AGE`, in all), or
-    /// after a hand-out that left items waiting, as after a backlog; and
-    /// in `flush` rounds: `limbo.rs`): each one's allocation (crossbeam's
-    /// queue node for the sealed bag) is shared by that many writes.
+    /// that retired nothing (past `MAX_AGE`, in all), or after a hand-out
+    /// that left items waiting, as after a backlog; and in `flush` rounds:
+    /// `limbo.rs`): each one's allocation (crossbeam's queue node for the
+    /// sealed bag) is shared by that many writes.
     pub(crate) fn run(self, reclaim: &Reclaimer) {
         let collects = if self.announces() { 2 } else { 1 };
         if in_writer_scope() {

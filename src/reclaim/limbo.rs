@@ -31,13 +31,13 @@
 //! backlog: then the announcement is *pressing*, helped every
 //! [`HELP_BACKLOG_EVERY`] writes); once the oldest has waited
 //! [`MAX_AGE`] transactions, [`HELP_EVERY`] quiet ones announce them, in a
-//! row or not. The announcing job re-pins, then
-//! collects twice, so with no guard pinned anywhere and no other garbage
-//! queued ahead its announcement has passed by the next write, which
-//! hands its items out: an item then waits for at most 127 later
-//! retirements, 64 quiet writes in a row, or [`MAX_AGE`] writes and 64
-//! quiet ones, within the documented bound. In an insert + remove churn that is one
-//! announcement per 128 pairs.
+//! row or not. The announcing job re-pins, then collects twice, so with
+//! no guard pinned anywhere and no other garbage queued ahead its
+//! announcement has passed by the next write, which hands its items
+//! out: an item then waits for at most 127 later retirements, 64 quiet
+//! writes in a row, or [`MAX_AGE`] writes and 64 quiet ones, within the
+//! documented bound. In an insert + remove churn that is one announcement
+//! per 128 pairs.
 //!
 //! Under `cfg(latchtree_loom)` the epoch is invisible to the model checker
 //! (crossbeam keys its own loom support on a different cfg), so nothing is
@@ -192,8 +192,8 @@ impl<T> Limbo<T> {
     /// periods still wait, sets `job` to announce them (no announcement
     /// outstanding, and [`HELP_BACKLOG`] of them wait, [`HELP_EVERY`]
     /// writes in a row (or, past [`MAX_AGE`], in all) retired nothing, or
-    /// this write handed some out)
-    /// or, every [`HELP_EVERY`] writes, to flush (one is): so
+    /// this write handed some out) or, every [`HELP_EVERY`] writes, to
+    /// flush (one is): so
     /// that a tree whose later writes only insert still frees what it
     /// removed, readers or none. Announcing them now is sound: their
     /// transactions' locks were released before this one began, and the
@@ -233,10 +233,10 @@ impl<T> Limbo<T> {
     /// either an announcement is outstanding and no help comes due, or
     /// none is and the waiting items are not yet to be announced (fewer
     /// than [`HELP_EVERY`] transactions in a row retired nothing since the
-    /// queue was last empty or announced; past [`MAX_AGE`], in all):
-    /// then counts towards the next
-    /// help (every [`HELP_BACKLOG_EVERY`] if the announcement is pressing)
-    /// and returns true (the job is then `None`); else changes nothing.
+    /// queue was last empty or announced; past [`MAX_AGE`], in all): then
+    /// counts towards the next help (every [`HELP_BACKLOG_EVERY`] if the
+    /// announcement is pressing) and returns true (the job is then
+    /// `None`); else changes nothing.
     #[inline]
     fn only_counted(&mut self, epoch: u64) -> bool {
         let wait = if epoch < self.announced {
@@ -400,8 +400,8 @@ impl<T> Limbo<T> {
     /// is outstanding: announce the latest period once
     /// [`only_counted`](Limbo::only_counted) says so ([`HELP_BACKLOG`]
     /// items wait, or [`HELP_EVERY`] writes in a row, past [`MAX_AGE`] in
-    /// all, retired nothing), or at once
-    /// if `always_help` (which also makes it pressing, see the field).
+    /// all, retired nothing), or at once if `always_help` (which also
+    /// makes it pressing, see the field).
     /// Else flush every [`HELP_EVERY`] calls, every [`HELP_BACKLOG_EVERY`]
     /// while [`HELP_BACKLOG`] items wait or the announcement is pressing,
     /// or always if `always_help`.
@@ -581,8 +581,9 @@ mod tests {
     /// (and two: the one that announces, the one that hands out); sparse
     /// retirements, one every 63 transactions (never [`HELP_EVERY`] quiet
     /// ones in a row, far fewer than [`HELP_BACKLOG`]), after at most
-    /// [`MAX_AGE`], twice [`HELP_EVERY`] and two; a churn that retires every other transaction
-    /// is announced once per [`HELP_BACKLOG`] retirements, not more often.
+    /// [`MAX_AGE`], twice [`HELP_EVERY`] and two; a churn that retires
+    /// every other transaction is announced once per [`HELP_BACKLOG`]
+    /// retirements, not more often.
     #[test]
     fn items_wait_a_bounded_number_of_transactions() {
         // Transactions a retirement waited for its hand-out (the longest),
