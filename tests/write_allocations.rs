@@ -77,6 +77,17 @@ impl Drop for Value {
     }
 }
 
+/// Runs `churn(i)` for `i` in `0..warm`, then counts the allocations of
+/// `churn(i)` for the next `calls` values of `i`: their mean a call.
+fn allocations_per_call(warm: u64, calls: u64, churn: impl Fn(u64)) -> f64 {
+    (0..warm).for_each(&churn);
+    CALLS.store(0, Relaxed);
+    COUNTING.store(true, Relaxed);
+    (warm..warm + calls).for_each(&churn);
+    COUNTING.store(false, Relaxed);
+    CALLS.load(Relaxed) as f64 / calls as f64
+}
+
 #[test]
 fn insert_and_remove_recycle_records_and_values() {
     // At 84 ranges, rebuilds (every `n / 8` writes at most) are rare. Below
@@ -99,12 +110,7 @@ fn insert_and_remove_recycle_records_and_values() {
             .unwrap();
         drop(index.remove(id));
     };
-    (0..warm).for_each(churn);
-    CALLS.store(0, Relaxed);
-    COUNTING.store(true, Relaxed);
-    (warm..warm + pairs).for_each(churn);
-    COUNTING.store(false, Relaxed);
-    let per_pair = CALLS.load(Relaxed) as f64 / pairs as f64;
+    let per_pair = allocations_per_call(warm, pairs, churn);
     eprintln!("{per_pair:.3} allocations per insert + remove");
     // Without `std` every pin registers a participant (an allocation,
     // `guide::no_std`), and a write's announcement pins: about one pair in
@@ -180,12 +186,7 @@ fn insert_and_remove_recycle_records_and_values() {
         tree.insert(k, i);
         assert!(tree.remove(&k));
     };
-    (0..warm).for_each(churn);
-    CALLS.store(0, Relaxed);
-    COUNTING.store(true, Relaxed);
-    (warm..warm + pairs).for_each(churn);
-    COUNTING.store(false, Relaxed);
-    let per_pair = CALLS.load(Relaxed) as f64 / pairs as f64;
+    let per_pair = allocations_per_call(warm, pairs, churn);
     eprintln!("{per_pair:.3} allocations per LatchTree insert + remove");
     assert!(
         per_pair <= bound,
